@@ -1,0 +1,9 @@
+// helixpipe train: placeholder until issue 3 lands.
+#include "cli/commands.h"
+#include "util/error.h"
+
+namespace hp::cli {
+
+int cmd_train(int, char**) { fail("'train' is not built yet (issue 3)"); }
+
+}  // namespace hp::cli

@@ -1,0 +1,9 @@
+// helixpipe validate: placeholder until issue 2 lands.
+#include "cli/commands.h"
+#include "util/error.h"
+
+namespace hp::cli {
+
+int cmd_validate(int, char**) { fail("'validate' is not built yet (issue 2)"); }
+
+}  // namespace hp::cli

@@ -1,0 +1,62 @@
+// helixpipe: the command-line entry point. It only dispatches; each subcommand parses its own flags.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "cli/commands.h"
+#include "util/error.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+  const char* summary;
+};
+
+constexpr Command kCommands[] = {
+    {"schedule", hp::cli::cmd_schedule, "generate a pipeline schedule (text, JSON, SVG, trace)"},
+    {"validate", hp::cli::cmd_validate, "check a schedule file: dependencies, matching, deadlock, memory"},
+    {"simulate", hp::cli::cmd_simulate, "replay a schedule on a cost model: makespan, bubble, memory"},
+    {"compare", hp::cli::cmd_compare, "simulate every schedule side by side for one model"},
+    {"init", hp::cli::cmd_init, "write a freshly initialized model (safetensors + config.json)"},
+    {"tokenize", hp::cli::cmd_tokenize, "turn a text file into a token file"},
+    {"train", hp::cli::cmd_train, "train a model (single process, or pipelined under mpirun)"},
+    {"grad", hp::cli::cmd_grad, "loss and gradients of a checkpoint on fixed data"},
+    {"eval", hp::cli::cmd_eval, "loss and perplexity of a checkpoint on a data file"},
+    {"generate", hp::cli::cmd_generate, "sample text from a checkpoint"},
+};
+
+void usage(std::FILE* out) {
+  std::fprintf(out,
+               "helixpipe: pipeline-parallel training of long-sequence transformers (HelixPipe)\n\n"
+               "usage: helixpipe <command> [flags]    (helixpipe <command> --help for details)\n\n"
+               "commands:\n");
+  for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (const Command& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    try {
+      return c.run(argc - 1, argv + 1);
+    } catch (const hp::Error& e) {
+      std::fprintf(stderr, "helixpipe %s: error: %s\n", c.name, e.what());
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "helixpipe %s: internal error: %s\n", c.name, e.what());
+      return 3;
+    }
+  }
+  std::fprintf(stderr, "helixpipe: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

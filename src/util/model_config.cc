@@ -1,0 +1,182 @@
+// ModelConfig parsing, validation and presets.
+#include "util/model_config.h"
+
+#include <fstream>
+#include <vector>
+
+#include "util/error.h"
+
+namespace hp {
+
+namespace {
+
+ModelConfig make(std::string name, int64_t h, int64_t ffn, int64_t heads, int64_t kv, int64_t layers,
+                 int64_t vocab, bool tie) {
+  ModelConfig c;
+  c.name = std::move(name);
+  c.hidden = h;
+  c.intermediate = ffn;
+  c.heads = heads;
+  c.kv_heads = kv;
+  c.layers = layers;
+  c.vocab = vocab;
+  c.tie_embeddings = tie;
+  return c;
+}
+
+}  // namespace
+
+const std::vector<std::pair<std::string, ModelConfig>>& model_presets() {
+  static const std::vector<std::pair<std::string, ModelConfig>> presets = [] {
+    std::vector<std::pair<std::string, ModelConfig>> v;
+    // tests: GQA 2:1, odd ffn, small enough for double-precision gradient checks.
+    v.emplace_back("tiny", make("tiny", 32, 88, 4, 2, 2, 256, false));
+    // the README demo and the benchmarks of issue 3: byte-level, attention-heavy at long s.
+    v.emplace_back("small", make("small", 256, 768, 4, 4, 4, 256, false));
+    v.emplace_back("bench8", make("bench8", 256, 768, 4, 4, 8, 256, false));
+    return v;
+  }();
+  return presets;
+}
+
+void ModelConfig::validate() const {
+  auto positive = [](const char* field, int64_t v) {
+    HP_CHECK(v > 0, "model config: {} must be positive, got {}", field, v);
+  };
+  positive("hidden_size", hidden);
+  positive("intermediate_size", intermediate);
+  positive("num_attention_heads", heads);
+  positive("num_key_value_heads", kv_heads);
+  positive("num_hidden_layers", layers);
+  positive("vocab_size", vocab);
+  positive("max_position_embeddings", max_positions);
+  HP_CHECK(hidden % heads == 0,
+           "model config: hidden_size {} is not a multiple of num_attention_heads {}; pick sizes "
+           "with hidden_size = heads * head_dim",
+           hidden, heads);
+  HP_CHECK(heads % kv_heads == 0,
+           "model config: num_attention_heads {} is not a multiple of num_key_value_heads {} "
+           "(grouped-query attention shares each key/value head among heads/kv_heads query heads)",
+           heads, kv_heads);
+  HP_CHECK(head_dim() % 2 == 0, "model config: head_dim {} must be even for rotary positions",
+           head_dim());
+  HP_CHECK(rms_eps > 0, "model config: rms_norm_eps must be positive, got {}", rms_eps);
+  HP_CHECK(rope_theta > 0, "model config: rope_theta must be positive, got {}", rope_theta);
+}
+
+int64_t ModelConfig::params_per_layer() const {
+  return qkv_dim() * hidden + hidden * hidden + 3 * hidden * intermediate + 2 * hidden;
+}
+
+int64_t ModelConfig::params_total() const {
+  int64_t embed = vocab * hidden;
+  return embed + layers * params_per_layer() + hidden + (tie_embeddings ? 0 : embed);
+}
+
+ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& where) {
+  HP_CHECK(j.is_object(), "{}: a model config must be a JSON object", where);
+  ModelConfig c;
+  static const char* const kKnown[] = {
+      "name",          "hidden_size",  "intermediate_size", "num_attention_heads",
+      "num_key_value_heads", "num_hidden_layers", "vocab_size", "rms_norm_eps",
+      "rope_theta",    "max_position_embeddings", "tie_word_embeddings", "head_dim",
+      // Hugging Face keys that we accept and ignore (their values do not change the math here)
+      "architectures", "model_type", "torch_dtype", "hidden_act", "attention_bias",
+      "attention_dropout", "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range",
+      "mlp_bias", "pretraining_tp", "rope_scaling", "transformers_version", "use_cache"};
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool known = false;
+    for (const char* k : kKnown) known = known || it.key() == k;
+    HP_CHECK(known, "{}: unknown model config key '{}' (known: hidden_size, intermediate_size, "
+                    "num_attention_heads, num_key_value_heads, num_hidden_layers, vocab_size, "
+                    "rms_norm_eps, rope_theta, max_position_embeddings, tie_word_embeddings)",
+             where, it.key());
+  }
+  auto get_int = [&](const char* key, int64_t& out) {
+    if (!j.contains(key)) return;
+    HP_CHECK(j[key].is_number_integer(), "{}: '{}' must be an integer, got {}", where, key,
+             j[key].dump());
+    out = j[key].get<int64_t>();
+  };
+  auto get_num = [&](const char* key, double& out) {
+    if (!j.contains(key)) return;
+    HP_CHECK(j[key].is_number(), "{}: '{}' must be a number, got {}", where, key, j[key].dump());
+    out = j[key].get<double>();
+  };
+  if (j.contains("name")) {
+    HP_CHECK(j["name"].is_string(), "{}: 'name' must be a string", where);
+    c.name = j["name"].get<std::string>();
+  }
+  get_int("hidden_size", c.hidden);
+  get_int("intermediate_size", c.intermediate);
+  get_int("num_attention_heads", c.heads);
+  c.kv_heads = c.heads;
+  get_int("num_key_value_heads", c.kv_heads);
+  get_int("num_hidden_layers", c.layers);
+  get_int("vocab_size", c.vocab);
+  get_int("max_position_embeddings", c.max_positions);
+  get_num("rms_norm_eps", c.rms_eps);
+  get_num("rope_theta", c.rope_theta);
+  if (j.contains("tie_word_embeddings")) {
+    HP_CHECK(j["tie_word_embeddings"].is_boolean(), "{}: 'tie_word_embeddings' must be true or false",
+             where);
+    c.tie_embeddings = j["tie_word_embeddings"].get<bool>();
+  }
+  if (j.contains("head_dim") && !j["head_dim"].is_null()) {
+    HP_CHECK(j["head_dim"].is_number_integer() && c.heads > 0 &&
+                 j["head_dim"].get<int64_t>() * c.heads == c.hidden,
+             "{}: head_dim must equal hidden_size / num_attention_heads (we do not support a "
+             "separate head_dim)",
+             where);
+  }
+  if (j.contains("rope_scaling")) {
+    HP_CHECK(j["rope_scaling"].is_null(), "{}: rope_scaling is not supported; remove it or set null",
+             where);
+  }
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+  return c;
+}
+
+ModelConfig ModelConfig::load(const std::string& path_or_preset) {
+  for (const auto& [name, cfg] : model_presets()) {
+    if (name == path_or_preset) return cfg;
+  }
+  std::ifstream in(path_or_preset);
+  if (!in) {
+    std::string names;
+    for (const auto& [name, cfg] : model_presets()) names += (names.empty() ? "" : ", ") + name;
+    fail("model config '{}': no such file and no such preset (presets: {})", path_or_preset, names);
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("model config '{}': not valid JSON ({})", path_or_preset, e.what());
+  }
+  return from_json(j, path_or_preset);
+}
+
+nlohmann::json ModelConfig::to_hf_json() const {
+  return nlohmann::json{{"architectures", {"LlamaForCausalLM"}},
+                        {"model_type", "llama"},
+                        {"torch_dtype", "float32"},
+                        {"hidden_act", "silu"},
+                        {"hidden_size", hidden},
+                        {"intermediate_size", intermediate},
+                        {"num_attention_heads", heads},
+                        {"num_key_value_heads", kv_heads},
+                        {"num_hidden_layers", layers},
+                        {"vocab_size", vocab},
+                        {"rms_norm_eps", rms_eps},
+                        {"rope_theta", rope_theta},
+                        {"max_position_embeddings", max_positions},
+                        {"tie_word_embeddings", tie_embeddings},
+                        {"attention_bias", false},
+                        {"mlp_bias", false}};
+}
+
+}  // namespace hp

@@ -1,0 +1,47 @@
+// The transformer's dimensions (a Hugging Face LlamaConfig subset) shared by the schedule layer
+// (message and stash sizes), the simulator (FLOPs) and the model (parameter layout).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace hp {
+
+struct ModelConfig {
+  std::string name = "custom";
+  int64_t hidden = 256;         // h
+  int64_t intermediate = 768;   // ffn, SwiGLU width
+  int64_t heads = 4;            // query heads
+  int64_t kv_heads = 4;         // key/value heads (GQA when < heads)
+  int64_t layers = 4;           // L
+  int64_t vocab = 256;          // byte-level by default
+  int64_t max_positions = 131072;
+  double rms_eps = 1e-5;
+  double rope_theta = 10000.0;
+  bool tie_embeddings = false;
+
+  int64_t head_dim() const { return hidden / heads; }
+  int64_t kv_dim() const { return kv_heads * head_dim(); }   // h_kv
+  int64_t qkv_dim() const { return hidden + 2 * kv_dim(); }  // rows of W_qkv
+
+  // Throws hp::Error naming the field and the rule it breaks.
+  void validate() const;
+
+  // Parameter counts (elements).
+  int64_t params_per_layer() const;
+  int64_t params_total() const;
+
+  // Reads our own form or a Hugging Face config.json (same keys). `where` names the source for errors.
+  static ModelConfig from_json(const nlohmann::json& j, const std::string& where);
+  // Loads a JSON file, or a built-in preset when `path_or_preset` names one (see presets()).
+  static ModelConfig load(const std::string& path_or_preset);
+  // Hugging Face LlamaConfig form (architectures, model_type, torch_dtype included).
+  nlohmann::json to_hf_json() const;
+};
+
+// Built-in presets by name ("tiny", "small", ...), documented in docs/formats.md.
+const std::vector<std::pair<std::string, ModelConfig>>& model_presets();
+
+}  // namespace hp
