@@ -2,6 +2,7 @@
 #include "util/model_config.h"
 
 #include <fstream>
+#include <tuple>
 #include <vector>
 
 #include "util/error.h"
@@ -34,6 +35,16 @@ const std::vector<std::pair<std::string, ModelConfig>>& model_presets() {
     // the README demo and the benchmarks of issue 3: byte-level, attention-heavy at long s.
     v.emplace_back("small", make("small", 256, 768, 4, 4, 4, 256, false));
     v.emplace_back("bench8", make("bench8", 256, 768, 4, 4, 8, 256, false));
+    // The paper's sizes as LLaMA-style models (simulation only): SwiGLU width about 8h/3 rounded
+    // to a multiple of 128, vocab 32000, L divisible by 8 so 8-, 16- and 32-stage helices fit.
+    //   1.3b: 1.34e9 parameters; 3b: 2.7e9; 7b: the LLaMA-2 7B shape, 6.7e9.
+    for (auto [name, h, ffn, heads, layers] :
+         {std::tuple{"1.3b", 2048, 5504, 16, 24}, std::tuple{"3b", 2560, 6912, 32, 32},
+          std::tuple{"7b", 4096, 11008, 32, 32}}) {
+      ModelConfig c = make(name, h, ffn, heads, heads, layers, 32000, false);
+      c.max_positions = 262144;
+      v.emplace_back(name, c);
+    }
     return v;
   }();
   return presets;

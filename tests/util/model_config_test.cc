@@ -48,3 +48,13 @@ TEST(ModelConfig, ParameterCountMatchesTheLayout) {
 
 }  // namespace
 }  // namespace hp
+
+// The paper-size presets must have the parameter counts their comments promise (within 3%).
+TEST(ModelConfig, PaperPresetsHaveTheirStatedSizes) {
+  for (auto [name, params] : {std::pair{"1.3b", 1.34e9}, std::pair{"3b", 2.7e9}, std::pair{"7b", 6.74e9}}) {
+    hp::ModelConfig c = hp::ModelConfig::load(name);
+    c.validate();
+    EXPECT_NEAR(static_cast<double>(c.params_total()) / params, 1.0, 0.03) << name;
+    EXPECT_EQ(c.layers % 8, 0) << name;
+  }
+}
