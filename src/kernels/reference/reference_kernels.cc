@@ -1,0 +1,10 @@
+// Instantiates the reference backend for the number types the project uses (the template in
+// reference_kernels.h serves any other type).
+#include "kernels/reference/reference_kernels.h"
+
+namespace hp {
+
+template std::unique_ptr<Kernels<float>> make_reference_kernels<float>();
+template std::unique_ptr<Kernels<double>> make_reference_kernels<double>();
+
+}  // namespace hp
