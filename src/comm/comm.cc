@@ -1,0 +1,266 @@
+// The transport-independent half of Comm: argument checks, wait loop with watchdog, and the
+// deterministic allreduce built from point-to-point messages.
+#include "comm/comm.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <thread>
+
+#include "util/error.h"
+#include "util/timer.h"
+
+namespace hp {
+
+double comm_timeout_from_env() {
+  const char* text = std::getenv("HP_COMM_TIMEOUT");
+  if (text == nullptr || *text == '\0') return kDefaultCommTimeout;
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(text, &end);
+  HP_CHECK(errno == 0 && end != text && *end == '\0' && v > 0,
+           "HP_COMM_TIMEOUT='{}' is not a positive number of seconds; unset it for the default {} s",
+           text, kDefaultCommTimeout);
+  return v;
+}
+
+Comm::Comm(const CommOptions& options)
+    : timeout_s_(options.timeout_s > 0 ? options.timeout_s : comm_timeout_from_env()) {}
+
+Comm::~Comm() = default;
+
+void Comm::set_timeout(double seconds) {
+  HP_CHECK(seconds > 0, "comm timeout must be positive, got {} s", seconds);
+  timeout_s_ = seconds;
+}
+
+int Comm::tag_limit() const { return tag_upper_bound() - 2 * kMaxCollectivesInFlight + 1; }
+
+int message_tag(const Comm& comm, int message_id) {
+  HP_CHECK(message_id >= 0 && message_id < comm.tag_limit(),
+           "message id {} does not fit the transport's tags (0..{}); the schedule has too many "
+           "messages for this MPI (MPI_TAG_UB), split the step into fewer micro-batches",
+           message_id, comm.tag_limit() - 1);
+  return message_id;
+}
+
+namespace {
+void check_p2p(const Comm& c, const void* buf, int64_t bytes, int peer, int tag, const char* op) {
+  HP_CHECK(bytes >= 0, "{}: negative size {} bytes", op, bytes);
+  HP_CHECK(bytes == 0 || buf != nullptr, "{}: null buffer for {} bytes", op, bytes);
+  HP_CHECK(peer >= 0 && peer < c.size(), "{}: peer {} is not a rank of this comm (size {})", op,
+           peer, c.size());
+  HP_CHECK(tag >= 0 && tag < c.tag_limit(), "{}: tag {} outside 0..{} (tags above are reserved "
+           "for collectives)", op, tag, c.tag_limit() - 1);
+}
+}  // namespace
+
+Request Comm::isend(const void* buf, int64_t bytes, int peer, int tag) {
+  check_p2p(*this, buf, bytes, peer, tag, "isend");
+  return Request(start_send(buf, bytes, peer, tag));
+}
+
+Request Comm::irecv(void* buf, int64_t bytes, int peer, int tag) {
+  check_p2p(*this, buf, bytes, peer, tag, "irecv");
+  return Request(start_recv(buf, bytes, peer, tag));
+}
+
+bool Comm::test(Request& r) {
+  if (!r.state_) return true;
+  if (!r.state_->poll(*this)) return false;
+  r.state_.reset();
+  return true;
+}
+
+void Comm::progress() {
+  transport_progress();
+  // Advance in-flight collectives (a phase change posts the next messages) and forget finished ones.
+  std::erase_if(collectives_, [&](const std::shared_ptr<RequestState>& s) { return s->poll(*this); });
+}
+
+void Comm::wait(Request& r, const std::string& what) {
+  if (test(r)) return;
+  Timer timer;
+  for (int round = 0;; ++round) {
+    uint64_t seen = activity();
+    progress();
+    if (test(r)) return;
+    double waited = timer.seconds();
+    if (waited > timeout_s_) watchdog_fire(r, what, waited);
+    idle(seen, std::min(timeout_s_ - waited, 0.05) + 1e-4, round);
+  }
+}
+
+void Comm::wait_all(std::vector<Request>& rs, const std::string& what) {
+  for (size_t i = 0; i < rs.size(); ++i) {
+    if (rs[i].active()) wait(rs[i], rs.size() == 1 ? what : fmt::format("{} [{} of {}]", what, i + 1, rs.size()));
+  }
+}
+
+void Comm::idle(uint64_t, double max_s, int round) {
+  // Spin politely first (a message is often microseconds away), then back off to 200 us sleeps
+  // so oversubscribed ranks leave the cores to the ones computing.
+  if (round < 64) {
+    std::this_thread::yield();
+    return;
+  }
+  double sleep_s = std::min({max_s, 1e-6 * (1 << std::min(round - 64, 8)), 2e-4});
+  std::this_thread::sleep_for(std::chrono::duration<double>(sleep_s));
+}
+
+void Comm::watchdog_fire(const Request& r, const std::string& what, double waited) {
+  int peer = r.state_ ? r.state_->pending_peer() : -1;
+  std::string from = peer >= 0 ? fmt::format("rank {}", world_rank_of(peer)) : "its peers";
+  abort(fmt::format("rank {} waits for {} from {} for {:.0f} s (comm timeout {} s, "
+                    "see HP_COMM_TIMEOUT); aborting the job",
+                    world_rank(), what, from, waited, timeout_s_));
+  std::abort();  // not reached: abort() does not return (a virtual call hides that from GCC)
+}
+
+int Comm::next_collective_tag() {
+  std::erase_if(collectives_, [&](const std::shared_ptr<RequestState>& s) { return s->poll(*this); });
+  HP_CHECK(static_cast<int>(collectives_.size()) < kMaxCollectivesInFlight,
+           "{} collectives in flight on rank {}; complete some before starting more",
+           collectives_.size(), rank());
+  int slot = static_cast<int>(collective_seq_++ % kMaxCollectivesInFlight);
+  return tag_limit() + 2 * slot;
+}
+
+// ---- deterministic allreduce -------------------------------------------------------------------
+// Direct reduce-scatter then allgather: rank j owns chunk j of the vector, receives that chunk
+// from every other rank, sums the P contributions in rank order (left to right), and sends the
+// result back to everyone. Each element is summed by exactly one rank in a fixed order, so every
+// rank ends with the same bits, equal to the sequential sum. Traffic per rank: 2 n (P-1)/P.
+template <typename T>
+struct AllreduceState : RequestState {
+  Comm& comm;
+  T* data;
+  int64_t n;
+  int tag0;
+  int size, me;
+  int phase = 0;  // 1: reduce-scatter in flight, 2: allgather in flight, 3: done
+  std::vector<T> scratch;  // (P-1) contributions to my chunk
+  std::vector<std::shared_ptr<RequestState>> reqs;
+  std::vector<int> peers;  // peer of each entry of reqs
+
+  AllreduceState(Comm& c, T* d, int64_t count, int tag)
+      : comm(c), data(d), n(count), tag0(tag), size(c.size()), me(c.rank()) {}
+
+  int64_t begin(int j) const { return n * j / size; }
+  int64_t len(int j) const { return begin(j + 1) - begin(j); }
+  int slot(int j) const { return j < me ? j : j - 1; }
+
+  void add(std::shared_ptr<RequestState> s, int peer) {
+    reqs.push_back(std::move(s));
+    peers.push_back(peer);
+  }
+
+  void start() {
+    if (size == 1) {
+      phase = 3;
+      return;
+    }
+    phase = 1;
+    scratch.resize(static_cast<size_t>(len(me) * (size - 1)));
+    const int64_t bytes_mine = len(me) * static_cast<int64_t>(sizeof(T));
+    for (int j = 0; j < size; ++j) {
+      if (j == me) continue;
+      add(comm.start_recv(scratch.data() + slot(j) * len(me), bytes_mine, j, tag0), j);
+    }
+    for (int j = 0; j < size; ++j) {
+      if (j == me) continue;
+      add(comm.start_send(data + begin(j), len(j) * static_cast<int64_t>(sizeof(T)), j, tag0), j);
+    }
+  }
+
+  void reduce_mine() {
+    const int64_t b = begin(me), m = len(me);
+    std::vector<const T*> src(static_cast<size_t>(size));
+    for (int k = 0; k < size; ++k) src[k] = k == me ? data + b : scratch.data() + slot(k) * m;
+    for (int64_t i = 0; i < m; ++i) {
+      T acc = src[0][i];
+      for (int k = 1; k < size; ++k) acc += src[k][i];
+      data[b + i] = acc;
+    }
+  }
+
+  bool poll(Comm&) override {
+    if (phase == 3) return true;
+    for (size_t i = 0; i < reqs.size();) {
+      if (reqs[i]->poll(comm)) {
+        reqs.erase(reqs.begin() + static_cast<long>(i));
+        peers.erase(peers.begin() + static_cast<long>(i));
+      } else {
+        ++i;
+      }
+    }
+    if (!reqs.empty()) return false;
+    if (phase == 1) {
+      // Every send of phase 1 has completed, so chunks j != me may now be overwritten.
+      reduce_mine();
+      scratch = {};
+      phase = 2;
+      const int64_t bytes_mine = len(me) * static_cast<int64_t>(sizeof(T));
+      for (int j = 0; j < size; ++j) {
+        if (j == me) continue;
+        add(comm.start_recv(data + begin(j), len(j) * static_cast<int64_t>(sizeof(T)), j, tag0 + 1), j);
+      }
+      for (int j = 0; j < size; ++j) {
+        if (j == me) continue;
+        add(comm.start_send(data + begin(me), bytes_mine, j, tag0 + 1), j);
+      }
+      return poll(comm);
+    }
+    phase = 3;
+    return true;
+  }
+
+  int pending_peer() const override { return peers.empty() ? -1 : peers.front(); }
+};
+
+template <typename T>
+Request Comm::start_allreduce(T* data, int64_t n) {
+  HP_CHECK(n >= 0, "allreduce of a negative count {}", n);
+  HP_CHECK(n == 0 || data != nullptr, "allreduce: null buffer for {} elements", n);
+  auto state = std::make_shared<AllreduceState<T>>(*this, data, n, next_collective_tag());
+  state->start();
+  if (state->poll(*this)) return Request();
+  collectives_.push_back(state);
+  return Request(state);
+}
+
+Request Comm::iallreduce_sum(float* data, int64_t n) { return start_allreduce(data, n); }
+Request Comm::iallreduce_sum(double* data, int64_t n) { return start_allreduce(data, n); }
+
+void Comm::allreduce_sum(float* data, int64_t n) {
+  Request r = start_allreduce(data, n);
+  wait(r, fmt::format("allreduce of {} floats", n));
+}
+
+void Comm::allreduce_sum(double* data, int64_t n) {
+  Request r = start_allreduce(data, n);
+  wait(r, fmt::format("allreduce of {} doubles", n));
+}
+
+void Comm::barrier() {
+  double token = 0;
+  Request r = start_allreduce(&token, 1);
+  wait(r, "barrier");
+}
+
+GridComms split_grid(Comm& world, int data_parallel, int pipeline) {
+  HP_CHECK(data_parallel >= 1 && pipeline >= 1 && world.size() == data_parallel * pipeline,
+           "a {} x {} grid (data-parallel x pipeline) needs {} ranks, the job has {}; launch with "
+           "mpirun -np {}", data_parallel, pipeline, data_parallel * pipeline, world.size(),
+           data_parallel * pipeline);
+  GridComms g;
+  g.d = world.rank() / pipeline;
+  g.p = world.rank() % pipeline;
+  g.pipeline = world.split(g.d, g.p);
+  g.data = world.split(g.p, g.d);
+  return g;
+}
+
+}  // namespace hp

@@ -1,0 +1,144 @@
+// Comm: the small point-to-point + deterministic-collective interface the runtime talks through.
+// Two implementations: LocalComm (ranks on threads, for unit tests) and MpiComm (OpenMPI); the
+// shape is chosen so that an NCCL one fits later (non-blocking p2p, requests, explicit progress).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hp {
+
+class Comm;
+
+// Settings shared by every implementation.
+struct CommOptions {
+  // A wait longer than this aborts the whole job with a message naming the op and the peer.
+  // <= 0 means "take HP_COMM_TIMEOUT from the environment, else kDefaultCommTimeout".
+  double timeout_s = 0;
+  // MpiComm only: a background thread that keeps MPI progressing while the caller computes.
+  bool progress_thread = false;
+};
+
+constexpr double kDefaultCommTimeout = 300;
+// HP_COMM_TIMEOUT in seconds (> 0) or kDefaultCommTimeout; throws hp::Error on a malformed value.
+double comm_timeout_from_env();
+
+// Implementation state behind a Request. poll() advances it and returns true once it is complete.
+struct RequestState {
+  virtual ~RequestState() = default;
+  virtual bool poll(Comm& comm) = 0;
+  // The peer this request is still waiting on (for watchdog messages); -1 if none.
+  virtual int pending_peer() const = 0;
+};
+
+// A handle to an in-flight send, receive or collective. Empty (inactive) once complete.
+// The buffer given to isend/irecv must stay alive and untouched until the request completes.
+class Request {
+ public:
+  Request() = default;
+  explicit Request(std::shared_ptr<RequestState> state) : state_(std::move(state)) {}
+  bool active() const { return state_ != nullptr; }
+
+ private:
+  friend class Comm;
+  std::shared_ptr<RequestState> state_;
+};
+
+// One group of ranks. Calls on one Comm come from one thread (the rank's), except that
+// implementations may run their own progress thread.
+class Comm {
+ public:
+  explicit Comm(const CommOptions& options);
+  virtual ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Rank in the world group of `peer` of this comm (for messages that must name a process).
+  virtual int world_rank_of(int peer) const = 0;
+  int world_rank() const { return world_rank_of(rank()); }
+
+  // ---- point to point ----
+  // Non-blocking send/receive of `bytes` bytes. Messages between one (src, dst) pair with the same
+  // tag match in posting order; sizes of a matched pair must agree. Tags: 0 <= tag < tag_limit().
+  Request isend(const void* buf, int64_t bytes, int peer, int tag);
+  Request irecv(void* buf, int64_t bytes, int peer, int tag);
+  // True (and `r` becomes inactive) if the request has completed; an inactive request is complete.
+  bool test(Request& r);
+  // Blocks until `r` completes, polling progress(). `what` names the op for the watchdog, e.g.
+  // "recv msg 12 (F mb 3 A:2 X:2) for op 7". Past timeout(): prints
+  // "rank R waits for <what> from rank Q for N s" and aborts the job.
+  void wait(Request& r, const std::string& what);
+  void wait_all(std::vector<Request>& rs, const std::string& what);
+  // Lets transfers (and in-flight collectives) advance; call it between compute tiles.
+  void progress();
+  // User tags must be below this (the implementation's tag upper bound minus a reserved range for
+  // collectives).
+  int tag_limit() const;
+
+  // ---- collectives (every rank of the comm calls them in the same order) ----
+  // Elementwise sum whose result is bitwise identical on every rank and equal to the sequential
+  // sum ((x_0 + x_1) + x_2) + ... over ranks in rank order, independent of the transport.
+  void allreduce_sum(float* data, int64_t n);
+  void allreduce_sum(double* data, int64_t n);
+  // Non-blocking form: `data` holds the sum when the request completes (test/wait/progress advance
+  // it). Several may be in flight (at most kMaxCollectivesInFlight).
+  Request iallreduce_sum(float* data, int64_t n);
+  Request iallreduce_sum(double* data, int64_t n);
+  void barrier();
+  // Ranks with equal `color` form a new comm, ordered by (key, old rank).
+  virtual std::unique_ptr<Comm> split(int color, int key) = 0;
+
+  // Ends the whole job with `message` printed (MPI: MPI_Abort; local: every rank's waits fail and
+  // LocalWorld::run rethrows the first error).
+  [[noreturn]] virtual void abort(const std::string& message) = 0;
+  void set_timeout(double seconds);
+  double timeout() const { return timeout_s_; }
+
+  static constexpr int kMaxCollectivesInFlight = 512;
+
+ protected:
+  // Transport primitives; the public calls check arguments, then use these. Collectives use them
+  // with tags in [tag_limit(), tag_upper_bound()].
+  virtual std::shared_ptr<RequestState> start_send(const void* buf, int64_t bytes, int peer,
+                                                   int tag) = 0;
+  virtual std::shared_ptr<RequestState> start_recv(void* buf, int64_t bytes, int peer, int tag) = 0;
+  // Largest tag the transport accepts (MPI_TAG_UB).
+  virtual int tag_upper_bound() const = 0;
+  // Transport-level progress (MPI: enter the progress engine). Default: nothing.
+  virtual void transport_progress() {}
+  // A counter that changes whenever some request may have completed; idle() sleeps until it moves
+  // past `seen` or `max_s` passes. Defaults: 0 and a short back-off sleep.
+  virtual uint64_t activity() const { return 0; }
+  virtual void idle(uint64_t seen, double max_s, int round);
+
+ private:
+  template <typename T> friend struct AllreduceState;
+  template <typename T>
+  Request start_allreduce(T* data, int64_t n);
+  int next_collective_tag();  // first of the two tags for a new collective
+  [[noreturn]] void watchdog_fire(const Request& r, const std::string& what, double waited);
+
+  double timeout_s_;
+  uint64_t collective_seq_ = 0;
+  // Collectives in flight, advanced by progress() so they move on while the caller computes.
+  std::vector<std::shared_ptr<RequestState>> collectives_;
+  bool in_progress_ = false;
+};
+
+// Pipeline and data-parallel sub-communicators of a D x P world: world rank = d * P + p.
+struct GridComms {
+  int d = 0, p = 0;
+  std::unique_ptr<Comm> pipeline;  // the P ranks of replica d, rank p
+  std::unique_ptr<Comm> data;      // the D ranks holding stage p, rank d
+};
+// Collective over `world` (size must be D * P).
+GridComms split_grid(Comm& world, int data_parallel, int pipeline);
+
+// The tag for a schedule message id; throws hp::Error if it does not fit the transport's tags.
+int message_tag(const Comm& comm, int message_id);
+
+}  // namespace hp
