@@ -1,0 +1,190 @@
+// Checkpoint saving (temp folder, marker last, atomic swap) and opening (marker verification).
+#include "checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "checkpoint/crc32.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+#include "util/mapped_file.h"
+
+namespace hp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void fsync_dir(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+std::string hex32(uint32_t v) { return fmt::format("{:08x}", v); }
+
+nlohmann::json parse_json_file(const fs::path& path, const char* what) {
+  std::string text = read_file(path.string());
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{} '{}' is not valid JSON ({}); the checkpoint is corrupt", what, path.string(), e.what());
+  }
+}
+
+// A folder we may replace: empty, or something that looks like a checkpoint we (or HF) wrote.
+bool replaceable(const fs::path& dir) {
+  if (fs::is_empty(dir)) return true;
+  return fs::exists(dir / kMarkerFile) || fs::exists(dir / kModelFile);
+}
+
+std::string unique_suffix() {
+  static std::atomic<uint64_t> counter{0};
+  auto t = std::chrono::steady_clock::now().time_since_epoch().count();
+  return fmt::format("{}-{}-{:x}", ::getpid(), counter++, static_cast<uint64_t>(t) & 0xffffff);
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& dir_arg, const CheckpointContents& contents,
+                     const std::function<void()>& before_marker) {
+  HP_CHECK(!dir_arg.empty(), "checkpoint folder name is empty");
+  fs::path dir = fs::path(dir_arg).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // "out/" -> "out"
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  HP_CHECK(!ec, "cannot create folder '{}' for checkpoint '{}': {}", parent.string(), dir.string(),
+           ec.message());
+  const bool exists = fs::exists(dir);
+  if (exists) {
+    HP_CHECK(fs::is_directory(dir), "checkpoint path '{}' exists and is not a folder", dir.string());
+    HP_CHECK(replaceable(dir),
+             "refusing to replace '{}': it is neither empty nor a checkpoint (no {} or {}); choose "
+             "another --out/--save folder",
+             dir.string(), kMarkerFile, kModelFile);
+  }
+  const fs::path tmp = fs::path(dir.string() + ".tmp-" + unique_suffix());
+  fs::create_directory(tmp, ec);
+  HP_CHECK(!ec, "cannot create temporary checkpoint folder '{}': {}", tmp.string(), ec.message());
+  try {
+    nlohmann::json files = nlohmann::json::object();
+    auto record = [&](const char* name) {
+      MappedFile f((tmp / name).string());
+      files[name] = {{"bytes", f.size()}, {"crc32", hex32(crc32(f.data(), f.size()))}};
+    };
+    write_file_atomic((tmp / kConfigFile).string(), contents.config.dump(2) + "\n");
+    record(kConfigFile);
+    // transformers refuses safetensors without format=pt in the metadata.
+    write_safetensors((tmp / kModelFile).string(), contents.model, {{"format", "pt"}});
+    record(kModelFile);
+    if (!contents.optimizer.empty()) {
+      write_safetensors((tmp / kOptimizerFile).string(), contents.optimizer,
+                        {{"format", "helixpipe-adamw"}});
+      record(kOptimizerFile);
+    }
+    if (contents.trainer_state) {
+      write_file_atomic((tmp / kTrainerStateFile).string(), contents.trainer_state->dump(2) + "\n");
+      record(kTrainerStateFile);
+    }
+    if (before_marker) before_marker();
+    nlohmann::json marker = {{"format", "helixpipe-checkpoint"},
+                             {"version", kCheckpointVersion},
+                             {"files", files}};
+    write_file_atomic((tmp / kMarkerFile).string(), marker.dump(2) + "\n");
+    fsync_dir(tmp);
+    if (exists) {
+      // Swap old and new in one step; the old one then sits at `tmp` and is deleted.
+      if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) != 0) {
+        HP_CHECK(errno == EINVAL || errno == ENOSYS,
+                 "cannot move checkpoint '{}' into place as '{}': {}", tmp.string(), dir.string(),
+                 std::strerror(errno));
+        // No atomic exchange on this file system: move the old one aside first.
+        const fs::path old = fs::path(dir.string() + ".old-" + unique_suffix());
+        fs::rename(dir, old);
+        fs::rename(tmp, dir);
+        fs::rename(old, tmp);
+      }
+      fsync_dir(parent);
+      fs::remove_all(tmp, ec);  // best effort: the new checkpoint is already in place
+    } else {
+      fs::rename(tmp, dir);
+      fsync_dir(parent);
+    }
+  } catch (...) {
+    if (fs::exists(tmp) && !fs::exists(tmp / kMarkerFile)) fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+CheckpointInfo open_checkpoint(const std::string& dir_arg) {
+  const fs::path dir(dir_arg);
+  HP_CHECK(fs::is_directory(dir), "checkpoint '{}' does not exist or is not a folder", dir_arg);
+  CheckpointInfo info;
+  info.dir = dir_arg;
+  info.has_marker = fs::exists(dir / kMarkerFile);
+  if (info.has_marker) {
+    nlohmann::json marker = parse_json_file(dir / kMarkerFile, "checkpoint marker");
+    HP_CHECK(marker.is_object() && marker.value("format", "") == "helixpipe-checkpoint" &&
+                 marker.contains("version") && marker["version"].is_number_integer() &&
+                 marker.contains("files") && marker["files"].is_object(),
+             "checkpoint marker '{}' is malformed; the checkpoint is corrupt",
+             (dir / kMarkerFile).string());
+    const int version = marker["version"].get<int>();
+    HP_CHECK(version == kCheckpointVersion,
+             "checkpoint '{}' has format version {}; this helixpipe reads version {}", dir_arg,
+             version, kCheckpointVersion);
+    for (auto it = marker["files"].begin(); it != marker["files"].end(); ++it) {
+      const fs::path f = dir / it.key();
+      HP_CHECK(it.key().find('/') == std::string::npos && it.value().is_object() &&
+                   it.value().contains("bytes") && it.value().contains("crc32"),
+               "checkpoint marker '{}' has a malformed entry '{}'", (dir / kMarkerFile).string(),
+               it.key());
+      HP_CHECK(fs::exists(f), "checkpoint '{}' is incomplete: '{}' is missing", dir_arg, it.key());
+      const uint64_t want = it.value()["bytes"].get<uint64_t>();
+      MappedFile m(f.string());
+      HP_CHECK(m.size() == want,
+               "checkpoint '{}' is corrupt: '{}' has {} bytes, the marker recorded {} (truncated "
+               "or overwritten?)",
+               dir_arg, it.key(), m.size(), want);
+      const std::string crc = hex32(crc32(m.data(), m.size()));
+      HP_CHECK(crc == it.value()["crc32"].get<std::string>(),
+               "checkpoint '{}' is corrupt: '{}' has CRC32 {}, the marker recorded {}", dir_arg,
+               it.key(), crc, it.value()["crc32"].get<std::string>());
+    }
+    for (const char* required : {kConfigFile, kModelFile}) {
+      HP_CHECK(marker["files"].contains(required),
+               "checkpoint marker '{}' does not list '{}'", (dir / kMarkerFile).string(), required);
+    }
+  } else {
+    for (const char* training : {kTrainerStateFile, kOptimizerFile}) {
+      HP_CHECK(!fs::exists(dir / training),
+               "checkpoint '{}' has '{}' but no marker '{}': the save was interrupted and the "
+               "folder is incomplete; use an earlier checkpoint",
+               dir_arg, training, kMarkerFile);
+    }
+    for (const char* required : {kConfigFile, kModelFile}) {
+      HP_CHECK(fs::exists(dir / required),
+               "'{}' is not a checkpoint: '{}' is missing (expected config.json and "
+               "model.safetensors, as written by 'helixpipe init' or transformers)",
+               dir_arg, required);
+    }
+  }
+  info.config = parse_json_file(dir / kConfigFile, "config");
+  info.model_path = (dir / kModelFile).string();
+  if (fs::exists(dir / kOptimizerFile)) info.optimizer_path = (dir / kOptimizerFile).string();
+  if (fs::exists(dir / kTrainerStateFile)) {
+    info.trainer_state = parse_json_file(dir / kTrainerStateFile, "trainer state");
+  }
+  return info;
+}
+
+}  // namespace hp

@@ -1,0 +1,53 @@
+// Checkpoint directories (docs/formats/checkpoint.md): config.json, model.safetensors (Hugging Face
+// Llama names), optional optimizer.safetensors and trainer_state.json, and the marker
+// helixpipe_checkpoint.json (sizes and CRC32 of every file) written last. A save builds DIR.tmp-*
+// and swaps it into place, so DIR is always either the old or the new checkpoint.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/safetensors.h"
+
+namespace hp {
+
+inline constexpr int kCheckpointVersion = 1;
+inline constexpr const char* kMarkerFile = "helixpipe_checkpoint.json";
+inline constexpr const char* kConfigFile = "config.json";
+inline constexpr const char* kModelFile = "model.safetensors";
+inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
+inline constexpr const char* kTrainerStateFile = "trainer_state.json";
+
+struct CheckpointContents {
+  nlohmann::json config;                        // -> config.json (Hugging Face LlamaConfig form)
+  std::vector<StWriteTensor> model;             // -> model.safetensors
+  std::vector<StWriteTensor> optimizer;         // -> optimizer.safetensors (skipped when empty)
+  std::optional<nlohmann::json> trainer_state;  // -> trainer_state.json
+};
+
+// Writes the checkpoint to `dir` atomically, replacing an existing checkpoint there (a folder that
+// is neither empty nor a checkpoint is refused, so a typo cannot delete someone's files).
+// `before_marker` (tests) runs after the files and before the marker: throwing there is a crash.
+void save_checkpoint(const std::string& dir, const CheckpointContents& contents,
+                     const std::function<void()>& before_marker = {});
+
+struct CheckpointInfo {
+  std::string dir;
+  bool has_marker = false;
+  nlohmann::json config;                        // parsed config.json
+  std::string model_path;                       // DIR/model.safetensors
+  std::optional<std::string> optimizer_path;    // DIR/optimizer.safetensors when present
+  std::optional<nlohmann::json> trainer_state;  // parsed trainer_state.json when present
+};
+
+// Opens `dir`. With a marker, every file it lists must exist with the recorded size and CRC32.
+// Without one, a plain Hugging Face folder (config.json + model.safetensors) is accepted, but a
+// folder holding trainer_state.json or optimizer.safetensors is refused as an interrupted save.
+CheckpointInfo open_checkpoint(const std::string& dir);
+
+}  // namespace hp

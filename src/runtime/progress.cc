@@ -1,0 +1,145 @@
+// Progress line, JSONL log and the loss-curve SVG writer.
+#include "runtime/progress.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace hp {
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  if (s < 60) return fmt::format("{:.1f}s", s);
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t < 3600) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
+}
+
+std::string format_count(double v) {
+  if (v >= 1e9) return fmt::format("{:.2f}G", v / 1e9);
+  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
+  if (v >= 1e3) return fmt::format("{:.1f}k", v / 1e3);
+  return fmt::format("{:.0f}", v);
+}
+
+ProgressLine::ProgressLine(std::FILE* out, bool tty, int64_t total_steps, int64_t every)
+    : out_(out), tty_(tty), total_(total_steps), every_(std::max<int64_t>(1, every)) {}
+
+void ProgressLine::update(const StepRecord& r, double eta, const std::string& extra) {
+  std::string line = fmt::format("step {:>{}}/{}  loss {:.4f}  lr {:.2e}  |g| {:.3f}  {} tok/s  ETA {}",
+                                 r.step, std::to_string(total_).size(), total_, r.loss, r.lr,
+                                 r.grad_norm, format_count(r.tokens_per_s), format_duration(eta));
+  if (!extra.empty()) line += "  " + extra;
+  if (tty_) {
+    std::fprintf(out_, "\r\033[K%s", line.c_str());
+    open_line_ = true;
+  } else if (r.step % every_ == 0 || r.step == total_ || r.step == 1) {
+    std::fprintf(out_, "%s\n", line.c_str());
+  }
+  std::fflush(out_);
+}
+
+void ProgressLine::finish() {
+  if (open_line_) std::fprintf(out_, "\n");
+  open_line_ = false;
+  std::fflush(out_);
+}
+
+void MetricsLog::open(const std::string& path, bool append) {
+  path_ = path;
+  out_.open(path, append ? std::ios::app : std::ios::trunc);
+  HP_CHECK(out_.good(), "cannot open metrics log '{}' for writing", path);
+}
+
+void MetricsLog::write(const nlohmann::json& j) {
+  if (!out_.is_open()) return;
+  out_ << j.dump() << '\n';
+  out_.flush();
+  HP_CHECK(out_.good(), "writing metrics log '{}' failed (disk full?)", path_);
+}
+
+namespace {
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '&') out += "&amp;";
+    else if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string loss_curve_svg(std::span<const StepRecord> history, const std::string& title) {
+  const double W = 720, H = 400, left = 64, right = 20, top = 36, bottom = 48;
+  const double pw = W - left - right, ph = H - top - bottom;
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n"
+      "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      "<text x=\"{}\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">{}</text>\n",
+      W, H, W, H, W / 2, xml_escape(title));
+  if (history.empty()) return svg + "<text x=\"50%\" y=\"50%\">no steps</text>\n</svg>\n";
+  double lo = history[0].loss, hi = history[0].loss;
+  for (const auto& r : history) {
+    if (!std::isfinite(r.loss)) continue;
+    lo = std::min(lo, r.loss);
+    hi = std::max(hi, r.loss);
+  }
+  if (hi - lo < 1e-9) hi = lo + 1;
+  const double pad = 0.05 * (hi - lo);
+  lo -= pad;
+  hi += pad;
+  const double s0 = static_cast<double>(history.front().step);
+  const double s1 = std::max(s0 + 1, static_cast<double>(history.back().step));
+  auto X = [&](double s) { return left + pw * (s - s0) / (s1 - s0); };
+  auto Y = [&](double l) { return top + ph * (1 - (l - lo) / (hi - lo)); };
+  // Axes and ticks (5 per axis).
+  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#444\"/>\n",
+                     left, top, pw, ph);
+  for (int i = 0; i <= 4; ++i) {
+    const double l = lo + (hi - lo) * i / 4, y = Y(l);
+    svg += fmt::format("<line x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>"
+                       "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.3f}</text>\n",
+                       left, left + pw, y, y, left - 6, y + 4, l);
+    const double s = s0 + (s1 - s0) * i / 4, x = X(s);
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{:.0f}</text>\n", x,
+                       top + ph + 16, s);
+  }
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">step</text>\n", left + pw / 2,
+                     H - 10);
+  svg += fmt::format("<text x=\"14\" y=\"{}\" transform=\"rotate(-90 14 {})\" "
+                     "text-anchor=\"middle\">loss</text>\n",
+                     top + ph / 2, top + ph / 2);
+  // Raw losses (light) and an exponential moving average (dark).
+  std::string raw, smooth;
+  double ema = history[0].loss;
+  const double alpha = history.size() > 20 ? 0.1 : 0.5;
+  for (const auto& r : history) {
+    if (!std::isfinite(r.loss)) continue;
+    ema = alpha * r.loss + (1 - alpha) * ema;
+    raw += fmt::format("{:.1f},{:.1f} ", X(r.step), Y(r.loss));
+    smooth += fmt::format("{:.1f},{:.1f} ", X(r.step), Y(ema));
+  }
+  svg += "<polyline fill=\"none\" stroke=\"#9ecae1\" stroke-width=\"1\" points=\"" + raw + "\"/>\n";
+  svg += "<polyline fill=\"none\" stroke=\"#08519c\" stroke-width=\"2\" points=\"" + smooth +
+         "\"/>\n";
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\" fill=\"#08519c\">final {:.4f} "
+                     "(smoothed {:.4f})</text>\n",
+                     left + pw - 6, top + 16, history.back().loss, ema);
+  return svg + "</svg>\n";
+}
+
+void write_loss_svg(const std::string& path, std::span<const StepRecord> history,
+                    const std::string& title) {
+  write_file_atomic(path, loss_curve_svg(history, title));
+}
+
+}  // namespace hp

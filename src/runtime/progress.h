@@ -1,0 +1,56 @@
+// What a person sees while training: a progress line (rewritten in place on a terminal, one line
+// per report otherwise), a JSONL metrics log, and a loss-curve SVG.
+#pragma once
+
+#include <cstdio>
+#include <fstream>
+#include <span>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/train_state.h"
+
+namespace hp {
+
+// "1h02m", "3m05s", "12.3s".
+std::string format_duration(double seconds);
+// "12.3k", "1.25M".
+std::string format_count(double v);
+
+class ProgressLine {
+ public:
+  // tty: rewrite one line with \r; otherwise print a line every `every` steps (and the last).
+  ProgressLine(std::FILE* out, bool tty, int64_t total_steps, int64_t every = 10);
+  // Reports a finished step; `extra` is appended (e.g. "bubble 12%" from the pipelined runtime).
+  void update(const StepRecord& r, double eta_seconds, const std::string& extra = "");
+  void finish();  // ends the in-place line
+
+ private:
+  std::FILE* out_;
+  bool tty_;
+  int64_t total_;
+  int64_t every_;
+  bool open_line_ = false;
+};
+
+// Appends one JSON object per line; flushed per line so a crash loses at most the line in flight.
+class MetricsLog {
+ public:
+  MetricsLog() = default;
+  // Opens `path` for appending (append = true, used on resume) or truncating.
+  void open(const std::string& path, bool append);
+  bool is_open() const { return out_.is_open(); }
+  void write(const nlohmann::json& j);
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+// A self-contained SVG line chart of loss against step (raw points and a smoothed line).
+std::string loss_curve_svg(std::span<const StepRecord> history, const std::string& title);
+void write_loss_svg(const std::string& path, std::span<const StepRecord> history,
+                    const std::string& title);
+
+}  // namespace hp

@@ -1,0 +1,48 @@
+// What a training run must remember to continue exactly: steps done, the global data position,
+// the optimizer and schedule settings, the seed, and the loss history. Stored as
+// trainer_state.json in a checkpoint (docs/formats/checkpoint.md).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/optimizer.h"
+
+namespace hp {
+
+// One optimizer step's numbers (also one JSONL metrics line).
+struct StepRecord {
+  int64_t step = 0;          // 1-based number of this update
+  double loss = 0;           // mean token loss over the global batch
+  double lr = 0;             // learning rate used
+  double grad_norm = 0;      // global norm before clipping
+  double seconds = 0;        // wall time of the step
+  double tokens_per_s = 0;   // global batch tokens / seconds
+  nlohmann::json to_json() const;
+  static StepRecord from_json(const nlohmann::json& j);
+};
+
+struct TrainState {
+  int64_t step = 0;           // updates completed
+  int64_t next_sequence = 0;  // global index of the next sequence to read (docs/formats/data.md)
+  int64_t seq_len = 0;        // the S that next_sequence counts in
+  int64_t tokens_seen = 0;    // target tokens trained on so far
+  uint64_t seed = 0;          // initialization seed (training itself draws no random numbers)
+  LrSchedule lr;
+  AdamWConfig adamw;
+  double clip = 1.0;          // max global grad norm; <= 0 disables clipping
+  std::vector<StepRecord> history;
+
+  nlohmann::json to_json() const;
+  // Throws hp::Error naming `where` on a missing or malformed field.
+  static TrainState from_json(const nlohmann::json& j, const std::string& where);
+
+  // The data position re-expressed for another sequence length (rounded up to whole sequences,
+  // so no token is trained on twice).
+  int64_t next_sequence_for(int64_t new_seq_len) const;
+};
+
+}  // namespace hp

@@ -1,0 +1,198 @@
+// AdamW against a hand-written double reference, the LR schedule, clipping, optimizer state
+// round trip, sampling and the progress/SVG helpers.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <vector>
+
+#include "runtime/optimizer.h"
+#include "runtime/progress.h"
+#include "runtime/sampling.h"
+#include "runtime/train_state.h"
+#include "util/error.h"
+#include "util/rng.h"
+
+namespace hp {
+namespace {
+
+// The algorithm as written in the AdamW paper / torch docs, one scalar at a time.
+struct RefAdamW {
+  double p, m = 0, v = 0;
+  void step(double g, double lr, double b1, double b2, double eps, double wd, int t) {
+    p = p - lr * wd * p;
+    m = b1 * m + (1 - b1) * g;
+    v = b2 * v + (1 - b2) * g * g;
+    const double mhat = m / (1 - std::pow(b1, t));
+    const double vhat = v / (1 - std::pow(b2, t));
+    p = p - lr * mhat / (std::sqrt(vhat) + eps);
+  }
+};
+
+TEST(AdamW, FirstStepByHand) {
+  // Step 1 without decay: m_hat = g, v_hat = g^2, so p moves by lr * g / (|g| + eps).
+  double p = 1.0, g = 0.5, m = 0, v = 0;
+  AdamWConfig cfg{0.9, 0.999, 1e-8, 0.0};
+  adamw_update(&p, &g, &m, &v, 1, 0.1, cfg, true, 1, 1.0);
+  EXPECT_NEAR(p, 1.0 - 0.1 * 0.5 / (0.5 + 1e-8), 1e-15);
+  EXPECT_NEAR(m, 0.05, 1e-15);
+  EXPECT_NEAR(v, 0.001 * 0.25, 1e-15);
+  // With decay 0.1 (decoupled): first shrink by lr*wd, then the same step.
+  p = 1.0, m = 0, v = 0;
+  cfg.weight_decay = 0.1;
+  adamw_update(&p, &g, &m, &v, 1, 0.1, cfg, true, 1, 1.0);
+  EXPECT_NEAR(p, 1.0 * (1 - 0.01) - 0.1 * 0.5 / (0.5 + 1e-8), 1e-15);
+}
+
+TEST(AdamW, MatchesReferenceOverManySteps) {
+  const int n = 7, steps = 25;
+  AdamWConfig cfg{0.9, 0.95, 1e-8, 0.1};
+  std::vector<double> p(n), m(n, 0), v(n, 0), g(n);
+  std::vector<float> pf(n), mf(n, 0), vf(n, 0), gf(n);
+  std::vector<RefAdamW> ref(n);
+  Rng rng(3);
+  for (int i = 0; i < n; ++i) ref[i].p = p[i] = pf[i] = static_cast<float>(rng.normal());
+  for (int t = 1; t <= steps; ++t) {
+    const double lr = 0.01 * t / steps;
+    const double scale = 0.5;
+    for (int i = 0; i < n; ++i) {
+      g[i] = static_cast<float>(rng.normal() * (i + 1));
+      gf[i] = static_cast<float>(g[i]);
+      ref[i].step(g[i] * scale, lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, t);
+    }
+    adamw_update(p.data(), g.data(), m.data(), v.data(), n, lr, cfg, true, t, scale);
+    adamw_update(pf.data(), gf.data(), mf.data(), vf.data(), n, lr, cfg, true, t, scale);
+  }
+  for (int i = 0; i < n; ++i) {
+    EXPECT_NEAR(p[i], ref[i].p, 1e-13 * std::abs(ref[i].p) + 1e-15) << i;
+    EXPECT_NEAR(m[i], ref[i].m, 1e-13 * std::abs(ref[i].m) + 1e-15) << i;
+    // float state: the update is computed in double, only the stored values round.
+    EXPECT_NEAR(pf[i], ref[i].p, 1e-5 * std::abs(ref[i].p) + 1e-6) << i;
+  }
+}
+
+TEST(AdamW, NoDecayForVectors) {
+  // The AdamW class decays matrices only: a norm gain with zero gradient stays put.
+  std::vector<float> w = {1, 1, 1, 1}, gw = {0, 0, 0, 0}, gain = {1, 1}, gg = {0, 0};
+  std::vector<ParamRef> ps = {{"w", {2, 2}, w.data(), gw.data()}, {"g", {2}, gain.data(), gg.data()}};
+  AdamW opt(AdamWConfig{0.9, 0.95, 1e-8, 0.5});
+  opt.step(ps, 0.1, 1.0);
+  EXPECT_FLOAT_EQ(w[0], 0.95f);
+  EXPECT_EQ(gain[0], 1.f);
+  EXPECT_EQ(opt.steps(), 1);
+}
+
+TEST(AdamW, StateRoundTripContinuesIdentically) {
+  std::vector<float> w(6), g(6);
+  Rng rng(9);
+  for (auto& x : w) x = static_cast<float>(rng.normal());
+  std::vector<ParamRef> ps = {{"model.layers.0.mlp.up_proj.weight", {2, 3}, w.data(), g.data()}};
+  AdamW a(AdamWConfig{});
+  for (int t = 0; t < 3; ++t) {
+    for (auto& x : g) x = static_cast<float>(rng.normal());
+    a.step(ps, 0.01, 1.0);
+  }
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("hp_opt_" + std::to_string(::getpid()) + ".safetensors")).string();
+  write_safetensors(path, a.state_tensors(ps));
+  std::vector<float> w2 = w;
+  std::vector<ParamRef> ps2 = {{ps[0].name, {2, 3}, w2.data(), g.data()}};
+  AdamW b(AdamWConfig{});
+  b.load_state(SafetensorsReader::open(path), ps2, a.steps());
+  for (auto& x : g) x = static_cast<float>(rng.normal());
+  a.step(ps, 0.01, 1.0);
+  b.step(ps2, 0.01, 1.0);
+  EXPECT_EQ(w, w2);  // bitwise
+  std::filesystem::remove(path);
+}
+
+TEST(LrSchedule, WarmupThenCosine) {
+  LrSchedule s{1.0, 0.1, 4, 14};
+  EXPECT_DOUBLE_EQ(s.at(0), 0.25);
+  EXPECT_DOUBLE_EQ(s.at(2), 0.75);
+  EXPECT_DOUBLE_EQ(s.at(3), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(4), 1.0);                 // cosine starts at the peak
+  EXPECT_NEAR(s.at(9), 0.1 + 0.9 * 0.5, 1e-15);   // half way: mean of peak and floor
+  EXPECT_NEAR(s.at(14), 0.1, 1e-15);
+  EXPECT_NEAR(s.at(100), 0.1, 1e-15);             // stays at the floor after the end
+  for (int t = 4; t < 14; ++t) EXPECT_GE(s.at(t), s.at(t + 1));
+  LrSchedule none{2.0, 0.0, 0, 10};
+  EXPECT_DOUBLE_EQ(none.at(0), 2.0);
+  EXPECT_THROW((LrSchedule{-1, 0, 0, 1}.validate()), Error);
+}
+
+TEST(Clip, GlobalNormFromPartials) {
+  std::vector<float> a = {3, 0}, b = {0, 4};
+  std::vector<double> partials = {sum_squares(a.data(), 2), sum_squares(b.data(), 2)};
+  const double norm = global_norm_from_partials(partials);
+  EXPECT_DOUBLE_EQ(norm, 5.0);
+  // Any partition of the same values gives the same norm.
+  std::vector<float> all = {3, 0, 0, 4};
+  std::vector<double> one = {sum_squares(all.data(), 4)};
+  EXPECT_DOUBLE_EQ(global_norm_from_partials(one), norm);
+  EXPECT_DOUBLE_EQ(clip_factor(5.0, 1.0), 0.2);
+  EXPECT_DOUBLE_EQ(clip_factor(0.5, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(clip_factor(5.0, 0.0), 1.0);  // clipping off
+  // Clipping through grad_scale equals clipping the gradient beforehand.
+  double p1 = 1, m1 = 0, v1 = 0, g1 = 3.0 * 0.2;
+  double p2 = 1, m2 = 0, v2 = 0, g2 = 3.0;
+  AdamWConfig cfg;
+  adamw_update(&p1, &g1, &m1, &v1, 1, 0.1, cfg, true, 1, 1.0);
+  adamw_update(&p2, &g2, &m2, &v2, 1, 0.1, cfg, true, 1, 0.2);
+  EXPECT_DOUBLE_EQ(p1, p2);
+}
+
+TEST(TrainState, JsonRoundTripAndReshape) {
+  TrainState s;
+  s.step = 7;
+  s.next_sequence = 10;
+  s.seq_len = 64;
+  s.seed = 42;
+  s.history.push_back({1, 5.5, 1e-3, 2.0, 0.1, 1000});
+  TrainState t = TrainState::from_json(s.to_json(), "test");
+  EXPECT_EQ(t.to_json(), s.to_json());
+  EXPECT_EQ(t.next_sequence_for(64), 10);
+  EXPECT_EQ(t.next_sequence_for(128), 5);
+  EXPECT_EQ(t.next_sequence_for(100), 7);  // 640 tokens -> ceil(6.4)
+  nlohmann::json broken = s.to_json();
+  broken.erase("data");
+  EXPECT_THROW(TrainState::from_json(broken, "x"), Error);
+}
+
+TEST(Sampling, GreedyTopKAndDistribution) {
+  std::vector<float> logits = {0.0f, 2.0f, 1.0f, 2.0f};
+  Rng rng(1);
+  EXPECT_EQ(sample_token(logits, 4, 0.0, 0, rng), 1);  // first maximum
+  EXPECT_EQ(sample_token(logits, 1, 1.0, 0, rng), 0);  // limit restricts the ids
+  std::vector<int> counts(4, 0);
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) counts[sample_token(logits, 4, 1.0, 2, rng)]++;
+  EXPECT_EQ(counts[0] + counts[2], 0);  // top-2 keeps ids 1 and 3 only
+  EXPECT_NEAR(counts[1] / double(n), 0.5, 0.02);
+  std::fill(counts.begin(), counts.end(), 0);
+  for (int i = 0; i < n; ++i) counts[sample_token(logits, 4, 1.0, 0, rng)]++;
+  const double z = 1 + 2 * std::exp(2.0) + std::exp(1.0);
+  EXPECT_NEAR(counts[2] / double(n), std::exp(1.0) / z, 0.015);
+  Rng a(5), b(5);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(sample_token(logits, 4, 0.8, 3, a), sample_token(logits, 4, 0.8, 3, b));
+}
+
+TEST(Progress, FormatsAndSvg) {
+  EXPECT_EQ(format_duration(12.34), "12.3s");
+  EXPECT_EQ(format_duration(185), "3m05s");
+  EXPECT_EQ(format_duration(3725), "1h02m");
+  EXPECT_EQ(format_count(12345), "12.3k");
+  std::vector<StepRecord> h;
+  for (int i = 1; i <= 30; ++i) h.push_back({i, 5.0 / i, 1e-3, 1, 0.1, 100});
+  std::string svg = loss_curve_svg(h, "a <b> & c");
+  EXPECT_NE(svg.find("<svg"), std::string::npos);
+  EXPECT_NE(svg.find("a &lt;b&gt; &amp; c"), std::string::npos);
+  EXPECT_EQ(std::count(svg.begin(), svg.end(), ','), 2 * 30 + 0);  // one x,y pair per step per line
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hp
