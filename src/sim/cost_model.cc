@@ -1,0 +1,240 @@
+// Cost model construction: part-cost JSON reader/writer and the FLOP/byte model.
+#include "sim/cost_model.h"
+
+#include "util/error.h"
+
+namespace hp {
+
+namespace {
+
+constexpr PartKind kKinds[] = {PartKind::kEmbed, PartKind::kPre, PartKind::kAttn, PartKind::kPost,
+                               PartKind::kHead};
+constexpr const char* kDirKeys[] = {"F", "I", "W"};
+
+double nonneg(const nlohmann::json& j, const std::string& where) {
+  HP_CHECK(j.is_number() && j.get<double>() >= 0, "{}: expected a number >= 0, got {}", where,
+           j.dump());
+  return j.get<double>();
+}
+
+LinkProfile parse_link(const nlohmann::json& j, const std::string& where) {
+  HP_CHECK(j.is_object(), "{}: expected {{\"latency_s\":..,\"bandwidth_Bps\":..}}, got {}", where,
+           j.dump());
+  LinkProfile l;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "latency_s") {
+      l.latency_s = nonneg(it.value(), where + ".latency_s");
+    } else if (it.key() == "bandwidth_Bps") {
+      l.bandwidth_Bps = nonneg(it.value(), where + ".bandwidth_Bps");
+    } else {
+      fail("{}: unknown key '{}' (known: latency_s, bandwidth_Bps; bandwidth 0 = free)", where,
+           it.key());
+    }
+  }
+  return l;
+}
+
+}  // namespace
+
+const char* part_kind_str(PartKind k) {
+  switch (k) {
+    case PartKind::kEmbed: return "embed";
+    case PartKind::kPre: return "pre";
+    case PartKind::kAttn: return "attn";
+    case PartKind::kPost: return "post";
+    case PartKind::kHead: return "head";
+  }
+  return "?";
+}
+
+int CostModel::dir_slot(Dir d) {
+  switch (d) {
+    case Dir::kF: return 0;
+    case Dir::kI: return 1;
+    case Dir::kW: return 2;
+    case Dir::kB: break;
+  }
+  fail("internal: dir_slot(B): a full backward is I + W");
+}
+
+double CostModel::part_time(PartKind kind, Dir dir) const {
+  const auto& t = time_[static_cast<int>(kind)];
+  return dir == Dir::kB ? t[1] + t[2] : t[dir_slot(dir)];
+}
+
+void CostModel::set_part_time(PartKind kind, Dir dir, double seconds) {
+  HP_CHECK(dir != Dir::kB, "set_part_time: set I and W separately (B = I + W)");
+  HP_CHECK(seconds >= 0, "set_part_time: negative time {}", seconds);
+  time_[static_cast<int>(kind)][dir_slot(dir)] = seconds;
+}
+
+void CostModel::set_links(LinkProfile intra, LinkProfile inter, int stages_per_node) {
+  HP_CHECK(stages_per_node >= 1, "stages_per_node must be >= 1, got {}", stages_per_node);
+  intra_ = intra;
+  inter_ = inter;
+  stages_per_node_ = stages_per_node;
+}
+
+double CostModel::op_time(const ComputeOp& op, Recompute policy) const {
+  double t = 0;
+  for (const Part& p : op.parts) {
+    t += part_time(p, op.dir);
+    if (policy == Recompute::kNoAttn && p.kind == PartKind::kAttn &&
+        (op.dir == Dir::kB || op.dir == Dir::kI))
+      t += attn_recompute_f_;
+  }
+  for (const Part& p : op.recompute) t += part_time(p, Dir::kF);
+  return t;
+}
+
+double CostModel::op_flops(const ComputeOp& op) const {
+  double f = 0;
+  for (const Part& p : op.parts) {
+    const auto& a = flops_[static_cast<int>(p.kind)];
+    f += op.dir == Dir::kB ? a[1] + a[2] : a[dir_slot(op.dir)];
+  }
+  return f;
+}
+
+const LinkProfile& CostModel::link(int src, int dst) const {
+  return src / stages_per_node_ == dst / stages_per_node_ ? intra_ : inter_;
+}
+
+double CostModel::transfer_time(int src, int dst, int64_t bytes) const {
+  const LinkProfile& l = link(src, dst);
+  return l.bandwidth_Bps > 0 ? static_cast<double>(bytes) / l.bandwidth_Bps : 0.0;
+}
+
+CostModel CostModel::from_part_costs(const nlohmann::json& j, const std::string& where) {
+  HP_CHECK(j.is_object(), "{}: part costs must be a JSON object like {{\"attn\":{{\"F\":..,\"I\":..,"
+                          "\"W\":..}},...,\"link\":{{\"latency_s\":..,\"bandwidth_Bps\":..}}}}",
+           where);
+  CostModel c;
+  c.source_ = where;
+  bool have_inter = false;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();
+    bool is_part = false;
+    for (PartKind k : kKinds) {
+      if (key != part_kind_str(k)) continue;
+      is_part = true;
+      HP_CHECK(it->is_object(), "{}: '{}' must be an object {{\"F\":s,\"I\":s,\"W\":s}}, got {}",
+               where, key, it->dump());
+      for (auto d = it->begin(); d != it->end(); ++d) {
+        int slot = -1;
+        for (int s = 0; s < 3; ++s)
+          if (d.key() == kDirKeys[s]) slot = s;
+        HP_CHECK(slot >= 0,
+                 "{}: '{}' has unknown key '{}' (known: F, I, W; a full backward B costs I + W)",
+                 where, key, d.key());
+        c.time_[static_cast<int>(k)][slot] = nonneg(d.value(), where + "." + key + "." + d.key());
+      }
+    }
+    if (is_part) continue;
+    if (key == "link") {
+      c.intra_ = parse_link(it.value(), where + ".link");
+      if (!have_inter) c.inter_ = c.intra_;
+    } else if (key == "inter") {
+      c.inter_ = parse_link(it.value(), where + ".inter");
+      have_inter = true;
+    } else if (key == "stages_per_node") {
+      HP_CHECK(it->is_number_integer() && it->get<int>() >= 1,
+               "{}: stages_per_node must be an integer >= 1, got {}", where, it->dump());
+      c.stages_per_node_ = it->get<int>();
+    } else if (key == "attn_recompute_F") {
+      c.attn_recompute_f_ = nonneg(it.value(), where + ".attn_recompute_F");
+    } else if (key == "version") {
+      HP_CHECK(it.value() == 1, "{}: part-cost version {} is not supported (expected 1)", where,
+               it->dump());
+    } else {
+      fail("{}: unknown key '{}' (known: embed, pre, attn, post, head, link, inter, "
+           "stages_per_node, attn_recompute_F, version)",
+           where, key);
+    }
+  }
+  return c;
+}
+
+nlohmann::json CostModel::to_json() const {
+  nlohmann::json j;
+  j["version"] = 1;
+  for (PartKind k : kKinds) {
+    const auto& t = time_[static_cast<int>(k)];
+    j[part_kind_str(k)] = {{"F", t[0]}, {"I", t[1]}, {"W", t[2]}};
+  }
+  j["link"] = {{"latency_s", intra_.latency_s}, {"bandwidth_Bps", intra_.bandwidth_Bps}};
+  j["inter"] = {{"latency_s", inter_.latency_s}, {"bandwidth_Bps", inter_.bandwidth_Bps}};
+  if (stages_per_node_ < (1 << 30)) j["stages_per_node"] = stages_per_node_;
+  j["attn_recompute_F"] = attn_recompute_f_;
+  return j;
+}
+
+CostModel CostModel::from_model(const ModelConfig& cfg, int64_t seq_len, int64_t microbatch_size,
+                                const DeviceProfile& dev, TransferMode transfer) {
+  cfg.validate();
+  HP_CHECK(seq_len >= 1, "cost model: sequence length must be >= 1, got {}", seq_len);
+  HP_CHECK(microbatch_size >= 1, "cost model: micro-batch size must be >= 1, got {}",
+           microbatch_size);
+  CostModel c;
+  c.source_ = "model " + cfg.name + " s=" + std::to_string(seq_len) +
+              " b=" + std::to_string(microbatch_size) + " on " + dev.name;
+  const double b = static_cast<double>(microbatch_size), s = static_cast<double>(seq_len);
+  const double T = b * s, h = static_cast<double>(cfg.hidden),
+               q = static_cast<double>(cfg.qkv_dim()), f = static_cast<double>(cfg.intermediate),
+               V = static_cast<double>(cfg.vocab);
+  const double gemm_rate = dev.peak_flops * dev.gemm_efficiency;
+  const double attn_rate = dev.peak_flops * dev.attn_efficiency;
+  const double byte_rate = dev.mem_bandwidth_Bps;
+  const double e = dev.bytes_per_elem();
+  // Work of one (part, direction): GEMM FLOPs, core-attention FLOPs, elements moved through memory.
+  struct Work {
+    double gemm = 0, attn = 0, elems = 0;
+  };
+  auto seconds = [&](const Work& w) {
+    return w.gemm / gemm_rate + w.attn / attn_rate + w.elems * e / byte_rate;
+  };
+  const bool weights_mode = transfer == TransferMode::kWeights;
+  const double qkv_gemm = 2 * T * h * q;
+  const double core_f = 2 * b * s * s * h;  // causal: QK^T and PV each s*s*h/2 MACs per sequence
+  std::array<std::array<Work, 3>, 5> w{};
+  auto& embed = w[static_cast<int>(PartKind::kEmbed)];
+  embed[0] = {0, 0, 2 * T * h};  // gather rows
+  embed[2] = {0, 0, 2 * T * h};  // scatter-add the gradient rows
+  auto& pre = w[static_cast<int>(PartKind::kPre)];
+  pre[0] = {weights_mode ? 0 : qkv_gemm, 0, 2 * T * h};  // RMSNorm: read X, write A
+  pre[1] = {weights_mode ? 0 : qkv_gemm, 0, 4 * T * h};  // read dA, X, dR; write dX
+  pre[2] = {weights_mode ? 0 : qkv_gemm, 0, 0};
+  auto& attn = w[static_cast<int>(PartKind::kAttn)];
+  const double rotary = 2 * T * q;
+  attn[0] = {weights_mode ? qkv_gemm : 0, core_f, rotary + 2 * T * h};
+  attn[1] = {weights_mode ? qkv_gemm : 0, 2.5 * core_f, 2 * rotary + 3 * T * h};
+  attn[2] = {weights_mode ? qkv_gemm : 0, 0, 0};
+  auto& post = w[static_cast<int>(PartKind::kPost)];
+  const double post_gemm = 2 * T * h * h + 3 * 2 * T * h * f;  // W_o, then gate, up, down
+  post[0] = {post_gemm, 0, 7 * T * h + 3 * T * f};  // residuals, RMSNorm2, silu(G)*U
+  post[1] = {post_gemm, 0, 14 * T * h + 6 * T * f};
+  post[2] = {post_gemm, 0, 0};
+  auto& head = w[static_cast<int>(PartKind::kHead)];
+  const double lm = 2 * T * h * V;
+  head[0] = {lm, 0, 2 * T * h + 2 * T * V};  // final norm, logits through softmax block by block
+  head[1] = {2 * lm, 0, 4 * T * h + 2 * T * V};  // recompute the logits, then dX
+  head[2] = {lm, 0, 0};
+  for (PartKind k : kKinds) {
+    for (int d = 0; d < 3; ++d) {
+      const Work& x = w[static_cast<int>(k)][d];
+      c.time_[static_cast<int>(k)][d] = seconds(x);
+      // Model FLOPs leave out the head's internal logit recompute.
+      double model_gemm = (k == PartKind::kHead && d == 1) ? lm : x.gemm;
+      c.flops_[static_cast<int>(k)][d] = model_gemm + x.attn;
+    }
+  }
+  c.attn_recompute_f_ = seconds({weights_mode ? qkv_gemm : 0, 0, rotary});
+  c.intra_ = dev.intra;
+  c.inter_ = dev.inter;
+  c.stages_per_node_ = dev.gpus_per_node;
+  c.peak_flops_ = dev.peak_flops;
+  c.tokens_ = microbatch_size * seq_len;
+  return c;
+}
+
+}  // namespace hp

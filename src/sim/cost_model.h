@@ -1,0 +1,82 @@
+// The cost model: how long each (part, direction) takes on one stage, and how long a message takes
+// between two stages. Built from a part-cost JSON (measured or hand-written) or from FLOPs, bytes and
+// a device profile. It knows nothing of schedules beyond ir.h; the simulator asks it for times.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "schedule/ir.h"
+#include "sim/device.h"
+#include "util/model_config.h"
+
+namespace hp {
+
+class CostModel {
+ public:
+  CostModel() = default;
+
+  // Part costs in the shape of docs/formats/sim.md:
+  //   {"embed":{"F":s,"I":s,"W":s}, "pre":{..}, "attn":{..}, "post":{..}, "head":{..},
+  //    "link":{"latency_s":s,"bandwidth_Bps":B}}
+  // Seconds per micro-batch per part. A missing part or direction costs 0; bandwidth 0 = no
+  // per-byte cost. Optional: "inter" (a second link for stages on different nodes),
+  // "stages_per_node", "attn_recompute_F", "version". Unknown keys are rejected.
+  static CostModel from_part_costs(const nlohmann::json& j, const std::string& where = "part costs");
+  // From FLOPs (QKV, O, MLP and LM-head GEMMs at gemm_efficiency; causal core attention ~2*s^2*h
+  // forward, 2.5x that backward, at attn_efficiency) and bytes moved by the memory-bound parts
+  // (norms, rotary, residuals, SwiGLU gating, embedding, cross-entropy) at mem_bandwidth_Bps.
+  static CostModel from_model(const ModelConfig& cfg, int64_t seq_len, int64_t microbatch_size,
+                              const DeviceProfile& dev,
+                              TransferMode transfer = TransferMode::kWeights);
+
+  // Seconds for one part of one micro-batch: F, I, W; B = I + W. No recomputation included.
+  double part_time(Part part, Dir dir) const { return part_time(part.kind, dir); }
+  double part_time(PartKind kind, Dir dir) const;
+  // Seconds for a compute op: its parts in `op.dir`, plus the forward of op.recompute, plus
+  // attention's internal QKV(+rotary) recompute when `policy` is no-attn (docs/memory.md).
+  double op_time(const ComputeOp& op, Recompute policy) const;
+  // Model FLOPs of an op (no recomputation), for MFU; 0 when the model is not FLOP-based.
+  double op_flops(const ComputeOp& op) const;
+
+  // Link between two stages: intra-node when both sit on the same node (stage / stages_per_node).
+  const LinkProfile& link(int src, int dst) const;
+  double transfer_time(int src, int dst, int64_t bytes) const;  // bytes / bandwidth (0 if free)
+  double latency(int src, int dst) const { return link(src, dst).latency_s; }
+  // Time of a message alone on an idle link: latency + bytes / bandwidth.
+  double message_time(int src, int dst, int64_t bytes) const {
+    return latency(src, dst) + transfer_time(src, dst, bytes);
+  }
+
+  double peak_flops() const { return peak_flops_; }  // per stage; 0 when unknown
+  int64_t tokens_per_microbatch() const { return tokens_; }  // 0 when unknown
+  void set_tokens_per_microbatch(int64_t t) { tokens_ = t; }
+  int stages_per_node() const { return stages_per_node_; }
+  const std::string& source() const { return source_; }
+
+  // Setters for tests and for calibration (issue 5 fills these from measurements).
+  void set_part_time(PartKind kind, Dir dir, double seconds);
+  void set_links(LinkProfile intra, LinkProfile inter, int stages_per_node);
+  void set_attn_recompute_time(double seconds) { attn_recompute_f_ = seconds; }
+
+  // The part-cost JSON shape (so a derived model can be saved, edited and fed back).
+  nlohmann::json to_json() const;
+
+ private:
+  static int dir_slot(Dir d);  // F 0, I 1, W 2 (B is I + W)
+  std::array<std::array<double, 3>, 5> time_{};   // [PartKind][F,I,W] seconds
+  std::array<std::array<double, 3>, 5> flops_{};  // model FLOPs, same layout
+  double attn_recompute_f_ = 0;  // attention's own QKV/rotary recompute under no-attn
+  LinkProfile intra_, inter_;
+  int stages_per_node_ = 1 << 30;  // all stages on one node unless told
+  double peak_flops_ = 0;
+  int64_t tokens_ = 0;
+  std::string source_ = "default";
+};
+
+const char* part_kind_str(PartKind k);  // "embed", "pre", "attn", "post", "head"
+
+}  // namespace hp

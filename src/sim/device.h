@@ -1,0 +1,43 @@
+// Device profiles: the few public hardware figures the cost model needs (peak dense FLOP/s, memory
+// bandwidth, achievable efficiencies, intra- and inter-node links). Built-in profiles come from
+// configs/devices/*.json, compiled in; a JSON file of the same shape can be loaded instead.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hp {
+
+struct LinkProfile {
+  double latency_s = 0;      // per message, added once to its arrival
+  double bandwidth_Bps = 0;  // bytes per second one way; 0 = no per-byte cost (free)
+};
+
+struct DeviceProfile {
+  std::string name;
+  std::string dtype = "bf16";     // the dtype peak_flops is quoted for: "bf16" or "fp32"
+  double peak_flops = 0;          // dense, per device (one device = one pipeline stage)
+  double mem_bandwidth_Bps = 0;   // device memory, for memory-bound parts
+  double attn_efficiency = 1;     // achieved fraction of peak in core attention
+  double gemm_efficiency = 1;     // achieved fraction of peak in GEMMs
+  LinkProfile intra, inter;       // between devices of one node / of different nodes
+  int gpus_per_node = 8;          // stage s lives on node s / gpus_per_node
+  double memory_bytes = 0;        // device memory capacity
+  std::string source;             // where the figures come from
+
+  int bytes_per_elem() const { return dtype == "fp32" ? 4 : 2; }
+  nlohmann::json to_json() const;
+  // Checks keys, types and ranges; `where` names the source in errors.
+  static DeviceProfile from_json(const nlohmann::json& j, const std::string& where);
+};
+
+// A built-in profile by name (h20, a800, h100, h200, cpu), or a JSON file when `name` ends in
+// ".json" or names an existing file. Throws hp::Error listing the valid names.
+const DeviceProfile& device_profile(std::string_view name);
+// Names of the built-in profiles, in a stable order.
+std::vector<std::string> device_profile_names();
+
+}  // namespace hp

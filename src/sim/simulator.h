@@ -1,0 +1,67 @@
+// The simulator: replays a lowered schedule on a cost model and returns makespan, bubble, busy and
+// idle time per stage, communication volume, throughput, MFU and a Timeline. Each stage runs its
+// lowered ops in order; a stage blocks on a wait until its message has arrived; transfers use a
+// separate per-link resource, so they overlap compute and serialize per directed stage pair.
+// It never sees MPI, BLAS or CUDA.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "schedule/ir.h"
+#include "sim/cost_model.h"
+#include "sim/timeline.h"
+#include "util/model_config.h"
+
+namespace hp {
+
+struct SimOptions {
+  // true: a transfer starts once both the send and the matching receive are posted (MPI's
+  // rendezvous protocol for large messages, what the runtime gets); false: eager, at the send.
+  bool rendezvous = true;
+  // Message bytes are multiplied by this (lower() sizes fp32 values; 0.5 models bf16 transfers).
+  double message_bytes_scale = 1.0;
+  bool record_timeline = true;
+  std::string title;  // timeline title; empty = derived from the schedule
+  // With a model config, peak activation bytes per stage come from the validator's stash
+  // prediction for micro-batches of `tokens_per_microbatch` tokens (0 = the cost model's).
+  const ModelConfig* model = nullptr;
+  int64_t tokens_per_microbatch = 0;
+};
+
+struct StageResult {
+  int stage = 0;
+  double busy = 0;  // compute time (recomputation included)
+  double idle = 0;  // makespan - busy
+  double wait = 0;  // time blocked in send/recv waits (part of idle)
+  double end = 0;   // when the stage's last op finished
+  int64_t peak_activation_bytes = 0;  // validator's stash prediction (0 without a model config)
+  int64_t sent_bytes = 0, recv_bytes = 0;
+  int messages_sent = 0;
+};
+
+struct SimResult {
+  double makespan = 0;
+  double bubble = 0;  // makespan - max busy
+  double bubble_fraction = 0;  // bubble / makespan
+  std::vector<StageResult> stages;
+  std::map<std::pair<int, int>, int64_t> pair_bytes;  // (src, dst) -> bytes sent
+  double tokens_per_s = 0;  // 0 when the tokens per micro-batch are unknown
+  double mfu = 0;           // model FLOPs / (makespan * stages * peak); 0 when unknown
+  Timeline timeline;
+};
+
+// Replays `lowered` (a schedule after lower(); a one-stage schedule may skip lowering). Throws
+// hp::Error on a malformed schedule or a deadlock, naming each blocked stage and what it waits for.
+SimResult simulate(const Schedule& lowered, const CostModel& cost, const SimOptions& opt = {});
+
+// The JSON result (docs/formats/sim.md): {"version":1,"schedule":..,"makespan":..,"bubble":..,
+// "stages":[{"stage":0,"busy":..,"peak_activation_bytes":..,...}],"tokens_per_s":..,...}
+nlohmann::json sim_result_json(const SimResult& r, const Schedule& s);
+
+}  // namespace hp

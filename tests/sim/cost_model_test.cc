@@ -1,0 +1,173 @@
+// Cost model and device profiles: JSON shapes, errors, and FLOP arithmetic against the paper.
+#include "sim/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "util/error.h"
+
+namespace hp {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(DeviceProfile, BuiltinsLoadWithTheirSources) {
+  auto names = device_profile_names();
+  for (const char* want : {"h20", "a800", "h100", "h200", "cpu"})
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  const DeviceProfile& h100 = device_profile("h100");
+  EXPECT_DOUBLE_EQ(h100.peak_flops, 989e12);
+  EXPECT_EQ(h100.gpus_per_node, 8);
+  EXPECT_GT(h100.intra.bandwidth_Bps, h100.inter.bandwidth_Bps);
+  EXPECT_FALSE(h100.source.empty());
+  EXPECT_EQ(device_profile("cpu").dtype, "fp32");
+  EXPECT_EQ(device_profile("cpu").bytes_per_elem(), 4);
+  EXPECT_EQ(&device_profile("h20"), &device_profile("h20"));
+  // Round trip through JSON.
+  DeviceProfile back = DeviceProfile::from_json(h100.to_json(), "rt");
+  EXPECT_DOUBLE_EQ(back.mem_bandwidth_Bps, h100.mem_bandwidth_Bps);
+  EXPECT_DOUBLE_EQ(back.inter.latency_s, h100.inter.latency_s);
+}
+
+TEST(DeviceProfile, UnknownNameListsValidOnes) {
+  std::string msg = error_of([] { device_profile("h800"); });
+  EXPECT_NE(msg.find("h800"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("a800, cpu, h100, h20, h200"), std::string::npos) << msg;
+}
+
+TEST(DeviceProfile, LoadsAFileAndRejectsBadKeys) {
+  std::string path = testing::TempDir() + "/my_gpu.json";
+  {
+    std::ofstream f(path);
+    f << R"({"name":"mine","peak_flops":1e12,"mem_bandwidth_Bps":1e11,
+             "intra":{"latency_s":1e-6,"bandwidth_Bps":1e10},"gpus_per_node":4})";
+  }
+  const DeviceProfile& d = device_profile(path);
+  EXPECT_EQ(d.name, "mine");
+  EXPECT_EQ(d.gpus_per_node, 4);
+  EXPECT_DOUBLE_EQ(d.inter.bandwidth_Bps, 1e10);  // inter defaults to intra
+  std::string msg = error_of([] {
+    DeviceProfile::from_json(nlohmann::json::parse(R"({"name":"x","peak_flop":1})"), "f.json");
+  });
+  EXPECT_NE(msg.find("unknown device profile key 'peak_flop'"), std::string::npos) << msg;
+  msg = error_of([] {
+    DeviceProfile::from_json(
+        nlohmann::json::parse(R"({"name":"x","peak_flops":1,"mem_bandwidth_Bps":1,
+          "gemm_efficiency":1.5,"intra":{"latency_s":0,"bandwidth_Bps":0}})"),
+        "f.json");
+  });
+  EXPECT_NE(msg.find("gemm_efficiency"), std::string::npos) << msg;
+  msg = error_of([] { device_profile("/nonexistent/dev.json"); });
+  EXPECT_NE(msg.find("/nonexistent/dev.json"), std::string::npos) << msg;
+}
+
+TEST(CostModel, PartCostsShapeAndOpTimes) {
+  auto j = nlohmann::json::parse(R"({
+    "embed":{"F":0.5,"I":0,"W":0.25}, "pre":{"F":1,"I":2,"W":3}, "attn":{"F":10,"I":20,"W":0},
+    "post":{"F":4,"I":5,"W":6}, "head":{"F":7,"I":8,"W":9},
+    "link":{"latency_s":1e-3,"bandwidth_Bps":1e6}})");
+  CostModel c = CostModel::from_part_costs(j);
+  EXPECT_DOUBLE_EQ(c.part_time(Part::pre(3), Dir::kB), 5.0);  // I + W
+  EXPECT_DOUBLE_EQ(c.part_time(Part::attn(1), Dir::kI), 20.0);
+  ComputeOp op;
+  op.dir = Dir::kB;
+  op.parts = {Part::post(2), Part::attn(2), Part::pre(2)};
+  EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kNone), 11 + 20 + 5);
+  op.recompute = recompute_parts(op, Recompute::kFull);
+  EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kFull), 36 + 4 + 10 + 1);
+  op.recompute = recompute_parts(op, Recompute::kNoAttn);
+  EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kNoAttn), 36 + 4 + 1);  // attn_recompute_F = 0
+  op.dir = Dir::kW;
+  op.recompute.clear();
+  EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kFull), 6 + 0 + 3);
+  EXPECT_DOUBLE_EQ(c.message_time(0, 1, 2000), 1e-3 + 2e-3);
+  EXPECT_DOUBLE_EQ(c.message_time(0, 5, 2000), 1e-3 + 2e-3);  // one link for every pair
+  CostModel back = CostModel::from_part_costs(c.to_json());
+  EXPECT_DOUBLE_EQ(back.part_time(PartKind::kHead, Dir::kW), 9);
+  EXPECT_DOUBLE_EQ(back.message_time(0, 1, 2000), 3e-3);
+}
+
+TEST(CostModel, FreeLinksAndNodeMapping) {
+  auto j = nlohmann::json::parse(R"({"link":{"latency_s":0,"bandwidth_Bps":0},
+      "inter":{"latency_s":1,"bandwidth_Bps":10}, "stages_per_node":2})");
+  CostModel c = CostModel::from_part_costs(j);
+  EXPECT_DOUBLE_EQ(c.message_time(0, 1, 1 << 20), 0);  // same node, free
+  EXPECT_DOUBLE_EQ(c.message_time(1, 2, 100), 1 + 10);  // across nodes
+  EXPECT_DOUBLE_EQ(c.message_time(3, 2, 100), 0);
+}
+
+TEST(CostModel, PartCostErrorsNameTheKey) {
+  auto err = [](const char* text) {
+    return error_of([&] { CostModel::from_part_costs(nlohmann::json::parse(text), "c.json"); });
+  };
+  EXPECT_NE(err(R"({"atn":{"F":1}})").find("unknown key 'atn'"), std::string::npos);
+  EXPECT_NE(err(R"({"attn":{"B":1}})").find("unknown key 'B'"), std::string::npos);
+  EXPECT_NE(err(R"({"attn":{"F":-1}})").find("c.json.attn.F"), std::string::npos);
+  EXPECT_NE(err(R"({"link":{"latency_s":"fast"}})").find("c.json.link.latency_s"),
+            std::string::npos);
+  EXPECT_NE(err(R"([1,2])").find("JSON object"), std::string::npos);
+}
+
+// With memory time negligible and full efficiency, the model is pure FLOPs: check it against the
+// paper's counts (HELIXPIPE.md section 8): for MHA with an MLP of 16sh^2 FLOPs, core attention over
+// the rest of the layer is s/(12h).
+TEST(CostModel, FromModelMatchesPaperFlopRatio) {
+  ModelConfig cfg;
+  cfg.hidden = 96;
+  cfg.heads = 4;
+  cfg.kv_heads = 4;
+  cfg.intermediate = 256;  // SwiGLU 3 GEMMs: 6*h*f = 16*h^2 exactly
+  cfg.layers = 4;
+  DeviceProfile dev;
+  dev.name = "ideal";
+  dev.peak_flops = 1e12;
+  dev.mem_bandwidth_Bps = 1e30;
+  dev.intra = {0, 0};
+  dev.inter = {0, 0};
+  for (int64_t s : {512, 4096}) {
+    CostModel c = CostModel::from_model(cfg, s, 1, dev);
+    double h = 96;
+    double qkv = 2.0 * s * h * 3 * h, core = 2.0 * s * s * h;
+    double rest = 2.0 * s * h * h + 16.0 * s * h * h;
+    EXPECT_NEAR(c.part_time(PartKind::kAttn, Dir::kF), (qkv + core) / 1e12, 1e-15);
+    EXPECT_NEAR(c.part_time(PartKind::kPost, Dir::kF), rest / 1e12, 1e-15);
+    double ratio = core / (c.part_time(PartKind::kPost, Dir::kF) * 1e12 + qkv);
+    EXPECT_NEAR(ratio, s / (12 * h), 1e-12);
+    // Backward: GEMMs twice the forward (I + W), core attention 2.5x.
+    EXPECT_NEAR(c.part_time(PartKind::kPost, Dir::kB), 2 * rest / 1e12, 1e-15);
+    EXPECT_NEAR(c.part_time(PartKind::kAttn, Dir::kI), (qkv + 2.5 * core) / 1e12, 1e-15);
+    EXPECT_NEAR(c.part_time(PartKind::kAttn, Dir::kW), qkv / 1e12, 1e-15);
+    EXPECT_EQ(c.tokens_per_microbatch(), s);
+  }
+  // Activations mode moves the QKV GEMM from attention to pre.
+  CostModel a = CostModel::from_model(cfg, 512, 1, dev, TransferMode::kActivations);
+  EXPECT_NEAR(a.part_time(PartKind::kPre, Dir::kF), 2.0 * 512 * 96 * 3 * 96 / 1e12, 1e-15);
+  EXPECT_NEAR(a.part_time(PartKind::kAttn, Dir::kF), 2.0 * 512 * 512 * 96 / 1e12, 1e-15);
+}
+
+TEST(CostModel, FromModelUsesMemoryBandwidthAndEfficiency) {
+  ModelConfig cfg = ModelConfig::load("small");
+  const DeviceProfile& dev = device_profile("h100");
+  CostModel c = CostModel::from_model(cfg, 1024, 1, dev);
+  // pre in weights mode is only an RMSNorm: read X, write A, bf16.
+  EXPECT_NEAR(c.part_time(PartKind::kPre, Dir::kF), 2.0 * 1024 * 256 * 2 / dev.mem_bandwidth_Bps,
+              1e-18);
+  CostModel c2 = CostModel::from_model(cfg, 2048, 1, dev);
+  double ratio = c2.part_time(PartKind::kAttn, Dir::kF) / c.part_time(PartKind::kAttn, Dir::kF);
+  EXPECT_GT(ratio, 2.0);  // quadratic core attention dominates as s grows
+  EXPECT_LT(ratio, 4.0);
+  EXPECT_NE(error_of([&] { CostModel::from_model(cfg, 0, 1, dev); }).find("sequence length"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace hp
