@@ -69,12 +69,6 @@ CostSetup build_cost(const CostFlags& f);
 // The layer count to use: --layers, else the model's; a mismatch with the model is an error.
 int resolve_layers(const ShapeFlags& f, const CostSetup& c);
 
-// Peak stashed activation bytes of each stage of a (lowered or compute-only) schedule: the set of
-// (value, micro-batch) kept per stage after each op, from values.h (forward_stash at F, weight_stash
-// between I and W, freed by the backward), at `bytes_per_elem` bytes per element.
-std::vector<int64_t> stash_peaks(const Schedule& s, const ModelConfig& cfg, int64_t tokens,
-                                 int bytes_per_elem);
-
 // One simulated schedule.
 struct SimRun {
   ScheduleSpec spec;
