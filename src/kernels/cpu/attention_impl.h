@@ -37,17 +37,24 @@ template <bool TA, int MR, int NV>
 HP_ALWAYS_INLINE void micro(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                             float* C, int64_t ldc, bool acc) {
   vf c[MR][NV];
+#pragma GCC unroll 8
   for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) c[m][v] = acc ? vload(C + m * ldc + v * kW) : vzero();
   for (int64_t k = 0; k < K; ++k) {
     vf b[NV];
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) b[v] = vload(B + k * ldb + v * kW);
+#pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
       const vf a = vset1(TA ? A[k * lda + m] : A[m * lda + k]);
+#pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) c[m][v] = vfmadd(a, b[v], c[m][v]);
     }
   }
+#pragma GCC unroll 8
   for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) vstore(C + m * ldc + v * kW, c[m][v]);
 }
 
