@@ -1,11 +1,13 @@
 // Kernel benchmark: OpenBLAS sgemm against our attention forward/backward, every number printed as
 // a ratio to the sgemm rate measured in the same run with the same thread count.
 //   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/bench/bench_kernels [--quick]
+//   build/bench/bench_kernels --one SEQ HEADS D THREADS avx2|avx512   (one attention case)
 // FLOP convention (causal attention, every FLOP counted once): forward 2 matmuls over the lower
 // triangle = 2 * 2 * b * heads * (s^2 / 2) * d; backward 5 such matmuls = 2.5x forward.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -85,6 +87,14 @@ AttnRate attention_gflops(hp::Kernels<float>& k, int64_t seq, int64_t heads, int
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --one SEQ HEADS D THREADS avx2|avx512: only that attention case (for profilers).
+  if (argc == 7 && std::strcmp(argv[1], "--one") == 0) {
+    const hp::CpuIsa isa = std::strcmp(argv[6], "avx2") == 0 ? hp::CpuIsa::kAvx2 : hp::CpuIsa::kAvx512;
+    auto k = hp::make_cpu_kernels(std::atoi(argv[5]), isa);
+    const AttnRate r = attention_gflops(*k, std::atoll(argv[2]), std::atoll(argv[3]), std::atoll(argv[4]), 2.0);
+    std::printf("fwd %.1f GFLOP/s  bwd %.1f GFLOP/s\n", r.fwd, r.bwd);
+    return 0;
+  }
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const double min_s = quick ? 0.05 : 0.4;
   std::vector<hp::CpuIsa> isas = {hp::cpu_best_isa()};
@@ -98,21 +108,25 @@ int main(int argc, char** argv) {
     for (hp::CpuIsa isa : isas) {
       auto k = hp::make_cpu_kernels(threads, isa);
       const char* in = hp::cpu_isa_name(isa);
-      // sgemm: square 1024^3, and the model's QKV projection (4096 tokens x 256 -> 768).
+      // sgemm: square 1024^3 (the reference rate of every ratio), and the model's QKV projection
+      // (4096 tokens x 256 -> 768). The load of a shared machine drifts, so the square sgemm is
+      // measured again next to each attention case and that case's ratio uses it.
       const double sq = sgemm_gflops(*k, 1024, 1024, 1024, min_s);
       const double qkv = sgemm_gflops(*k, 4096, 768, 256, min_s);
       std::printf("%-7d %-7s %-24s %10.1f %10.2f\n", threads, in, "sgemm 1024^3", sq, 1.0);
       std::printf("%-7d %-7s %-24s %10.1f %10.2f\n", threads, in, "sgemm 4096x768x256", qkv, qkv / sq);
       for (int64_t seq : seqs) {
         for (auto [heads, d] : {std::pair<int64_t, int64_t>{4, 64}, {2, 128}}) {
+          const double sq_here = sgemm_gflops(*k, 1024, 1024, 1024, min_s / 2);
           const AttnRate r = attention_gflops(*k, seq, heads, d, min_s);
           char name[64];
           std::snprintf(name, sizeof name, "attn fwd s=%lld h%lldxd%lld", (long long)seq,
                         (long long)heads, (long long)d);
-          std::printf("%-7d %-7s %-24s %10.1f %10.2f\n", threads, in, name, r.fwd, r.fwd / sq);
+          std::printf("%-7d %-7s %-24s %10.1f %10.2f   (sgemm next to it: %.1f)\n", threads, in,
+                      name, r.fwd, r.fwd / sq_here, sq_here);
           std::snprintf(name, sizeof name, "attn bwd s=%lld h%lldxd%lld", (long long)seq,
                         (long long)heads, (long long)d);
-          std::printf("%-7d %-7s %-24s %10.1f %10.2f\n", threads, in, name, r.bwd, r.bwd / sq);
+          std::printf("%-7d %-7s %-24s %10.1f %10.2f\n", threads, in, name, r.bwd, r.bwd / sq_here);
           std::fflush(stdout);
         }
       }

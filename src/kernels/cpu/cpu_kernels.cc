@@ -66,6 +66,8 @@ class CpuKernels : public ReferenceKernels<float> {
             const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
             int64_t ldc) override {
     if (M == 0 || N == 0) return;
+    // OpenBLAS has one global thread count; several backends with different counts may coexist.
+    if (openblas_get_num_threads() != threads_) openblas_set_num_threads(threads_);
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
                 static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
