@@ -26,7 +26,7 @@ namespace HP_SIMD_NS {
 namespace {
 
 constexpr int64_t T = cpu::kAttnTile;
-#if defined(__AVX512F__)
+#if defined(HP_SIMD_512)
 constexpr int kMR = 6, kNV = 4;  // 24 accumulators of 16 floats + 4 B vectors
 #else
 constexpr int kMR = 6, kNV = 2;  // 12 accumulators of 8 floats + 2 B vectors
@@ -84,7 +84,7 @@ void gemm_tile(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, con
       float* Cm = C + m0 * ldc + n0;
       const float* Bn = B + n0;
       switch (nv) {
-#if defined(__AVX512F__)
+#if defined(HP_SIMD_512)
         case 4: micro_rows<TA, 4>(mr, K, Am, lda, Bn, ldb, Cm, ldc, acc); break;
         case 3: micro_rows<TA, 3>(mr, K, Am, lda, Bn, ldb, Cm, ldc, acc); break;
 #endif

@@ -260,7 +260,7 @@ void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float
 
 namespace cpu {
 
-#if defined(__AVX512F__)
+#if defined(HP_SIMD_512)
 const IsaOps& avx512_ops() {
 #else
 const IsaOps& avx2_ops() {

@@ -16,14 +16,23 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__AVX512F__)
+// The including .cc file says which copy it is (HP_SIMD_AVX512 or HP_SIMD_AVX2), so a build whose
+// global flags already enable AVX-512 (-march=native) still gets a 256-bit AVX2 copy.
+#if defined(HP_SIMD_AVX512)
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512DQ__) || !defined(__AVX512VL__)
+#error "an *_avx512.cc file must be compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl"
+#endif
 #define HP_SIMD_NS avx512
 #define HP_SIMD_NS_NAME "avx512"
-#elif defined(__AVX2__) && defined(__FMA__)
+#define HP_SIMD_512 1
+#elif defined(HP_SIMD_AVX2)
+#if !defined(__AVX2__) || !defined(__FMA__)
+#error "an *_avx2.cc file must be compiled with -mavx2 -mfma"
+#endif
 #define HP_SIMD_NS avx2
 #define HP_SIMD_NS_NAME "avx2"
 #else
-#error "simd.h must be compiled with -mavx512f... or -mavx2 -mfma (see src/kernels/CMakeLists.txt)"
+#error "define HP_SIMD_AVX512 or HP_SIMD_AVX2 before including simd.h"
 #endif
 
 #define HP_ALWAYS_INLINE inline __attribute__((always_inline))
@@ -31,7 +40,7 @@
 namespace hp {
 namespace HP_SIMD_NS {
 
-#if defined(__AVX512F__)
+#if defined(HP_SIMD_512)
 using vf = __m512;
 inline constexpr int kW = 16;  // floats per vector
 HP_ALWAYS_INLINE vf vload(const float* p) { return _mm512_loadu_ps(p); }
