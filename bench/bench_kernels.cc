@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <ctime>
 #include <random>
 #include <string>
@@ -99,6 +100,50 @@ AttnRate attention_gflops(hp::Kernels<float>& k, int64_t seq, int64_t heads, int
   return {fwd_flops / tf * 1e-9, 2.5 * fwd_flops / tb * 1e-9};
 }
 
+// Row/elementwise kernels: GB/s of compulsory traffic, and the speedup over the reference
+// backend (plain loops) on the same data, both timed in this run.
+void elementwise_rows(hp::Kernels<float>& k, hp::Kernels<float>& ref, double min_s) {
+  struct Case {
+    const char* name;
+    double bytes;
+    std::function<void(hp::Kernels<float>&)> run;
+  };
+  const int64_t T = 4096, h = 256, f = 1024, rows_ce = 512, vocab = 32000;
+  auto x = randn(T * h, 5), g = randn(h, 6), y = std::vector<float>(T * h), rs = std::vector<float>(T);
+  auto dy = randn(T * h, 7), dx = std::vector<float>(T * h), dg = std::vector<float>(h);
+  auto gg = randn(T * f, 8), uu = randn(T * f, 9), hh = std::vector<float>(T * f);
+  auto logits = randn(rows_ce * vocab, 10), dl = std::vector<float>(rows_ce * vocab);
+  std::vector<int32_t> tgt(rows_ce);
+  for (int64_t r = 0; r < rows_ce; ++r) tgt[r] = static_cast<int32_t>((r * 7919) % vocab);
+  std::vector<float> lse(rows_ce);
+  const double fl = sizeof(float);
+  const std::vector<Case> cases = {
+      {"rmsnorm fwd 4096x256", 2.0 * T * h * fl,
+       [&](hp::Kernels<float>& kk) { kk.rmsnorm_forward(y.data(), rs.data(), x.data(), g.data(), T, h, 1e-5); }},
+      {"rmsnorm bwd 4096x256", 3.0 * T * h * fl,
+       [&](hp::Kernels<float>& kk) {
+         kk.rmsnorm_backward(dx.data(), dg.data(), dy.data(), x.data(), g.data(), rs.data(), T, h, false);
+       }},
+      {"swiglu fwd 4096x1024", 3.0 * T * f * fl,
+       [&](hp::Kernels<float>& kk) { kk.swiglu_forward(hh.data(), gg.data(), uu.data(), T * f); }},
+      {"xent fwd 512x32000", 1.0 * rows_ce * vocab * fl,
+       [&](hp::Kernels<float>& kk) {
+         kk.cross_entropy_forward(logits.data(), vocab, tgt.data(), rows_ce, vocab, lse.data());
+       }},
+      {"xent bwd 512x32000", 2.0 * rows_ce * vocab * fl,
+       [&](hp::Kernels<float>& kk) {
+         kk.cross_entropy_backward(dl.data(), logits.data(), vocab, lse.data(), tgt.data(), rows_ce,
+                                   vocab, 1.0f);
+       }},
+  };
+  for (const Case& c : cases) {
+    const double t = best_seconds([&] { c.run(k); }, min_s);
+    const double tr = best_seconds([&] { c.run(ref); }, min_s / 4);
+    std::printf("%-7s %-7s %-24s %8.1f GB/s  x%.1f vs reference\n", "", "", c.name,
+                c.bytes / t * 1e-9, tr / t);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -148,6 +193,10 @@ int main(int argc, char** argv) {
           std::printf("%-7d %-7s %-24s %10.1f %10.2f\n", threads, in, name, r.bwd, r.bwd / sq_here);
           std::fflush(stdout);
         }
+      }
+      if (threads == 1) {
+        auto ref = hp::make_reference_kernels<float>();
+        elementwise_rows(*k, *ref, min_s / 2);
       }
     }
   }
