@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "schedule/lower.h"
 #include "schedule/values.h"
 
 namespace hp {
@@ -11,17 +12,7 @@ namespace hp {
 std::vector<int64_t> stash_peaks(const Schedule& s, const ModelConfig& cfg, int64_t tokens,
                                  int bytes_per_elem) {
   const int p = s.num_stages, L = s.layers;
-  // Stage of each part's forward per micro-batch, to know whether attention is remote.
-  std::map<std::pair<int, int>, int> fwd_stage;  // (part index, mb) -> stage
-  for (int r = 0; r < p; ++r)
-    for (const ComputeOp& op : s.stages[r].ops)
-      if (op.dir == Dir::kF)
-        for (const Part& part : op.parts) fwd_stage.emplace(std::pair{part.index(L), op.mb}, r);
-  auto attn_remote = [&](int layer, int mb) {
-    auto a = fwd_stage.find({Part::attn(layer).index(L), mb});
-    auto b = fwd_stage.find({Part::pre(layer).index(L), mb});
-    return a != fwd_stage.end() && b != fwd_stage.end() && a->second != b->second;
-  };
+  const ScheduleIndex index(s);  // the same PartContext the lowering and the runtime use
   std::vector<int64_t> peaks(p, 0);
   for (int r = 0; r < p; ++r) {
     std::map<std::pair<Value, int>, int> held;  // (value, mb) -> how many parts hold it
@@ -44,13 +35,10 @@ std::vector<int64_t> stash_peaks(const Schedule& s, const ModelConfig& cfg, int6
     for (const ComputeOp& op : s.stages[r].ops) {
       for (size_t k = 0; k < op.parts.size(); ++k) {
         const Part& part = op.parts[k];
-        PartContext ctx;
-        ctx.policy = s.recompute;
-        ctx.transfer = s.transfer;
-        ctx.attn_remote = part.layer > 0 && attn_remote(part.layer, op.mb);
+        const PartContext ctx = index.context(r, static_cast<int>(&op - s.stages[r].ops.data()),
+                                              static_cast<int>(k));
         const auto key = std::pair{part.index(L), op.mb};
         if (op.dir == Dir::kF) {
-          ctx.first_in_op = k == 0;
           auto vs = forward_stash(part, ctx, L);
           add(vs, op.mb);
           fwd_kept[key] = std::move(vs);

@@ -14,7 +14,7 @@ namespace hp {
 // keeps a set of (value, micro-batch): an F op adds its parts' forward_stash (the first part of an
 // op keeps its inputs under full/no-attn), a B op frees it, an I op frees it and adds the part's
 // weight_stash, which the W op frees. A value two parts hold is counted once. Whether attention is
-// remote (weights mode ships W:l) comes from where attn:l and pre:l run their forwards. The peak
+// remote and whether a part feeds the next one in its op come from ScheduleIndex::context. The peak
 // is taken after each op, at `bytes_per_elem` bytes per element for micro-batches of `tokens`.
 std::vector<int64_t> stash_peaks(const Schedule& s, const ModelConfig& cfg, int64_t tokens,
                                  int bytes_per_elem);
