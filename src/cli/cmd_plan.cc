@@ -37,7 +37,7 @@ std::vector<PlanCase> candidates(const Layout& lay, const std::vector<int>& ms) 
     c.schedule = "helix";
     for (int F : {1, 2})
       for (TransferMode tm : {TransferMode::kWeights, TransferMode::kActivations})
-        for (Recompute r : {Recompute::kNoAttn, Recompute::kFull}) {
+        for (Recompute r : {Recompute::kNoAttn, Recompute::kNone, Recompute::kFull}) {
           c.folds = F;
           c.transfer = tm;
           c.recompute = r;
@@ -109,11 +109,7 @@ int cmd_plan(int argc, char** argv) {
     for (PlanCase pc : candidates(lay, ms)) {
       if (lay.pp == 1 && pc.schedule != "1f1b") continue;  // one stage: every schedule is the same
       ++tried;
-      PlanResult r = evaluate(pc, cfg, seq, dev, memory);
-      if (!r.fits && r.error.empty() && seq > 8192) {
-        pc.mlp_chunk = 8192;
-        r = evaluate(pc, cfg, seq, dev, memory);
-      }
+      PlanResult r = evaluate_fitting(pc, cfg, seq, dev, memory);
       if (r.fits) fit.push_back(r);
       else if (r.error.empty()) ++too_big;
     }

@@ -39,13 +39,12 @@ std::vector<int64_t> parse_list(const std::string& text, const char* flag) {
   return out;
 }
 
-}  // namespace
-
 // The best fitting configuration of one schedule family at one (s, N); fits = false when none.
 PlanResult best_of(const std::string& family, const ModelConfig& cfg, int64_t s, int gpus,
-                   const DeviceProfile& dev, double memory, int global_batch) {
+                   const DeviceProfile& dev, double memory, int global_batch, int want_tp, int want_pp) {
   PlanResult best;
   for (const Layout& lay : layouts(gpus, static_cast<int>(cfg.layers), dev.gpus_per_node)) {
+    if ((want_tp && lay.tp != want_tp) || (want_pp && lay.pp != want_pp)) continue;
     if (global_batch % lay.dp) continue;
     const int m = global_batch / lay.dp;
     std::vector<PlanCase> cases;
@@ -54,11 +53,12 @@ PlanResult best_of(const std::string& family, const ModelConfig& cfg, int64_t s,
     c.layout = lay;
     c.microbatches = m;
     if (family == "helix") {
-      for (int F : {1, 2}) {
-        c.folds = F;
-        c.recompute = Recompute::kNoAttn;
-        cases.push_back(c);
-      }
+      for (int F : {1, 2})
+        for (Recompute r : {Recompute::kNoAttn, Recompute::kNone}) {
+          c.folds = F;
+          c.recompute = r;
+          cases.push_back(c);
+        }
     } else {
       for (Recompute r : {Recompute::kNone, Recompute::kFull}) {
         c.recompute = r;
@@ -66,16 +66,14 @@ PlanResult best_of(const std::string& family, const ModelConfig& cfg, int64_t s,
       }
     }
     for (PlanCase& pc : cases) {
-      PlanResult r = evaluate(pc, cfg, s, dev, memory);
-      if (!r.fits && r.error.empty() && s > 8192) {  // a chunked MLP may bring it under the limit
-        pc.mlp_chunk = 8192;
-        r = evaluate(pc, cfg, s, dev, memory);
-      }
+      PlanResult r = evaluate_fitting(pc, cfg, s, dev, memory);
       if (r.fits && (!best.fits || r.tokens_per_s > best.tokens_per_s)) best = r;
     }
   }
   return best;
 }
+
+}  // namespace
 
 int cmd_sweep(int argc, char** argv) {
   CLI::App app{"Sweep sequence length and GPU count: for HelixPipe, 1F1B and ZB1P, the fastest\n"
@@ -90,7 +88,7 @@ int cmd_sweep(int argc, char** argv) {
       "  helixpipe sweep --model=7b --device=a800 --seq-lens=16k,32k --gpus=64 --format=json");
   std::string model = "7b", device = "h20", seq_text = "16k,32k,64k,128k,256k", gpu_text = "8,16,32,64";
   std::string format = "text", out;
-  int global_batch = 32;
+  int global_batch = 32, want_tp = 0, want_pp = 0;
   double memory_gib = 0;
   app.add_option("--model", model, "model preset or JSON file (default 7b)");
   app.add_option("--device", device, "device profile (default h20)");
@@ -99,6 +97,10 @@ int cmd_sweep(int argc, char** argv) {
   app.add_option("--global-batch", global_batch, "sequences per iteration (default 32)")
       ->check(CLI::PositiveNumber);
   app.add_option("--memory", memory_gib, "usable GiB per GPU (default: the device's memory)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--tp", want_tp, "only layouts with this TP degree (default: any)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--pp", want_pp, "only layouts with this PP degree (default: any >= 2)")
       ->check(CLI::PositiveNumber);
   add_format_flag(app, format);
   app.add_option("--out", out, "also write the JSON result to this file");
@@ -126,9 +128,9 @@ int cmd_sweep(int argc, char** argv) {
   };
   for (int64_t s : seqs) {
     for (int64_t n : gpus) {
-      PlanResult h = best_of("helix", cfg, s, static_cast<int>(n), dev, memory, global_batch);
-      PlanResult o = best_of("1f1b", cfg, s, static_cast<int>(n), dev, memory, global_batch);
-      PlanResult z = best_of("zb1p", cfg, s, static_cast<int>(n), dev, memory, global_batch);
+      PlanResult h = best_of("helix", cfg, s, static_cast<int>(n), dev, memory, global_batch, want_tp, want_pp);
+      PlanResult o = best_of("1f1b", cfg, s, static_cast<int>(n), dev, memory, global_batch, want_tp, want_pp);
+      PlanResult z = best_of("zb1p", cfg, s, static_cast<int>(n), dev, memory, global_batch, want_tp, want_pp);
       double base = std::max(o.fits ? o.tokens_per_s : 0.0, z.fits ? z.tokens_per_s : 0.0);
       double gain = h.fits && base > 0 ? h.tokens_per_s / base - 1 : 0;
       nlohmann::json row = {{"seq_len", s}, {"gpus", n}};

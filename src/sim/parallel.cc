@@ -20,6 +20,7 @@ std::string PlanCase::label() const {
   s += std::string(" ") + recompute_str(recompute);
   if (schedule == "helix") s += std::string(" ") + transfer_str(transfer);
   if (mlp_chunk > 0) s += fmt::format(" mlp-chunk={}", mlp_chunk);
+  if (rounds > 1) s += fmt::format(" x{} calls", rounds);
   return s;
 }
 
@@ -131,14 +132,33 @@ PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg, int64_t seq_len,
   const LinkProfile& dp_link = t * d <= dev.gpus_per_node ? dev.intra : dev.inter;
   r.makespan = sim.makespan;
   r.allreduce = dp_allreduce_time(params * 2, d, dp_link);
-  r.iteration = r.makespan + r.allreduce;
-  r.bubble_fraction = sim.bubble / r.iteration;
+  r.iteration = pc.rounds * r.makespan + r.allreduce;
+  r.bubble_fraction = pc.rounds * sim.bubble / r.iteration;
   double wait = 0;
   for (const auto& st : sim.stages) wait = std::max(wait, st.wait);
-  r.comm_exposed = wait / r.iteration;
-  r.tokens_per_s = static_cast<double>(tokens) * pc.microbatches * d / r.iteration;
-  r.mfu = sim.mfu * sim.makespan / r.iteration;
+  r.comm_exposed = pc.rounds * wait / r.iteration;
+  r.tokens_per_s = static_cast<double>(tokens) * pc.microbatches * pc.rounds * d / r.iteration;
+  r.mfu = sim.mfu * pc.rounds * sim.makespan / r.iteration;
   return r;
+}
+
+PlanResult evaluate_fitting(PlanCase c, const ModelConfig& cfg, int64_t seq_len,
+                            const DeviceProfile& dev, double memory_bytes) {
+  const int total = c.microbatches * c.rounds;
+  const bool filo = c.schedule == "helix" || c.schedule == "gpipe";
+  PlanResult last;
+  for (int rounds = 1; rounds <= total; rounds *= 2) {
+    if (total % rounds || (rounds > 1 && !filo)) break;
+    c.rounds = rounds;
+    c.microbatches = total / rounds;
+    for (int64_t chunk : {int64_t{0}, int64_t{8192}}) {
+      if (chunk > 0 && seq_len <= chunk) continue;
+      c.mlp_chunk = chunk;
+      last = evaluate(c, cfg, seq_len, dev, memory_bytes);
+      if (last.fits || !last.error.empty()) return last;
+    }
+  }
+  return last;
 }
 
 }  // namespace hp

@@ -61,6 +61,9 @@ struct PlanCase {
   Layout layout;
   int microbatches = 1;      // per pipeline
   int64_t mlp_chunk = 0;     // tokens per MLP chunk; 0 = not chunked
+  // Pipeline calls per iteration, each running `microbatches` and flushing (gradient accumulation
+  // across calls): FILO schedules keep every micro-batch of a call, so memory falls with it.
+  int rounds = 1;
   std::string label() const; // "helix F=2 no-attn weights"
 };
 
@@ -75,9 +78,9 @@ struct PlanResult {
   PlanCase c;
   bool fits = false;
   GpuMemory memory;
-  double makespan = 0;       // pipeline part of the iteration
+  double makespan = 0;       // one pipeline call (rounds of them per iteration)
   double allreduce = 0;      // DP gradient all-reduce
-  double iteration = 0;      // makespan + allreduce
+  double iteration = 0;      // rounds * makespan + allreduce
   double bubble_fraction = 0;
   double comm_exposed = 0;   // largest per-stage communication wait / iteration
   double tokens_per_s = 0;   // whole cluster
@@ -89,6 +92,12 @@ struct PlanResult {
 // always when `simulate_all`).
 PlanResult evaluate(const PlanCase& c, const ModelConfig& cfg, int64_t seq_len,
                     const DeviceProfile& dev, double memory_bytes, bool simulate_all = false);
+
+// The cheapest way to make `c` fit, trying in order: as given; with an MLP chunked at 8192 tokens
+// (when s is longer); then, for schedules whose memory grows with m (helix, gpipe), 2, 4, ... pipeline
+// calls of microbatches / rounds each. Returns the first result that fits, else the last tried.
+PlanResult evaluate_fitting(PlanCase c, const ModelConfig& cfg, int64_t seq_len,
+                            const DeviceProfile& dev, double memory_bytes);
 
 // Every TP x PP x DP layout of `gpus` GPUs with TP a power of two <= gpus_per_node, PP >= min_pp
 // dividing the layer count, DP the rest.
