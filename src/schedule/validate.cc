@@ -66,6 +66,13 @@ void check_shape(const Schedule& s, Errors& err) {
   if (static_cast<int>(s.stages.size()) != p)
     err.add("the header says {} stages but the schedule lists {}", p, s.stages.size());
   if (err.any()) return;
+  const int64_t pairs = static_cast<int64_t>(m) * (3 * static_cast<int64_t>(L) + 2);
+  if (pairs > 4'000'000) {
+    err.add("the schedule has {} micro-batches x {} parts = {} (part, micro-batch) pairs; the "
+            "validator handles up to 4000000 (fewer micro-batches or layers)",
+            m, 3 * static_cast<int64_t>(L) + 2, pairs);
+    return;
+  }
   for (int st = 0; st < p; ++st) {
     const auto& ops = s.stages[st].ops;
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
@@ -561,8 +568,7 @@ std::vector<std::vector<StashItem>> stash_trace(const Schedule& s, int stage) {
     for (int k = 0; k < static_cast<int>(op.parts.size()); ++k) {
       const Part& part = op.parts[k];
       // The forward's context decides what was kept (first_in_op differs between F and B ops).
-      const PartLocation& f = index.forward(part, op.mb);
-      const PartContext fctx = f.found() ? index.context(f.stage, f.op, f.pos) : index.context(stage, i, k);
+      const PartContext fctx = index.forward_context(part, op.mb);
       const PartContext ctx = index.context(stage, i, k);
       switch (op.dir) {
         case Dir::kF: add(forward_stash(part, ctx, L), op.mb); break;

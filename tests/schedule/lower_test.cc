@@ -248,6 +248,14 @@ TEST(Lower, PartContextFlags) {
   EXPECT_EQ(idx.forward(Part::attn(1), 3).stage, 0);
   EXPECT_EQ(idx.backward(Part::attn(1), 3).stage, 0);
   EXPECT_EQ(part_context(s, 0, 0, 1).attn_remote, true);
+  // The backward op of E.0 runs [pre:1, embed]: pre:1 comes first there, but its forward context
+  // (second in its F op) is what decided its stash.
+  const int last = static_cast<int>(s.stages[0].ops.size()) - 1;
+  ASSERT_EQ(op_str(s.stages[0].ops[last]), "B 0 pre:1 embed");
+  EXPECT_TRUE(idx.context(0, last, 0).first_in_op);
+  EXPECT_FALSE(idx.forward_context(Part::pre(1), 0).first_in_op);
+  EXPECT_FALSE(idx.forward_context(Part::pre(1), 0).feeds_next_in_op);
+  EXPECT_TRUE(idx.forward_context(Part::embed(), 0).feeds_next_in_op);
 }
 
 TEST(Lower, RefusesSplitBackwardOfRemoteAttentionInWeightsMode) {
@@ -275,6 +283,24 @@ TEST(Lower, RefusesSplitBackwardOfRemoteAttentionInWeightsMode) {
     EXPECT_NE(std::string(e.what()).find("dW:"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--transfer=activations"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace hp
+
+namespace hp {
+namespace {
+
+TEST(Lower, TagsStaySmallForRealisticSizes) {
+  // p=8, m=64, L=64, two folds: ids run into the ten thousands, tags (per link) stay in the
+  // hundreds, well below the 32767 every MPI implementation allows.
+  Schedule s = gen("helix", 8, 64, 64, 2);
+  lower(s);
+  int max_tag = 0;
+  for (const Message& m : s.messages) max_tag = std::max(max_tag, m.tag);
+  EXPECT_GT(s.messages.size(), 10000u);
+  EXPECT_LT(max_tag, 1000);
+  EXPECT_TRUE(replays(s));
 }
 
 }  // namespace
