@@ -7,9 +7,10 @@
 // The four products of a tile (S = Q K^T, O += P V, and in the backward dV += P^T dO,
 // dP = dO V^T, dQ += dS K, dK += dS^T Q) all go through one register-tiled micro-kernel:
 // C[MR x NV vectors] += A B with A read by broadcast (row-major or transposed, so P^T and dS^T
-// need no copy) and B read as whole vectors. K, V, Q and dO are packed once per call into
-// scratch so that B operands are contiguous and padded to a vector multiple (head_dim needs only
-// be a multiple of 8); 1/sqrt(d) is folded into the packed copies.
+// need no copy) and B read as whole vectors. K^T (and V^T for the backward) is packed once per
+// call into scratch, with 1/sqrt(d) folded into K^T. Row-major B operands (V, K, Q, dO) are read
+// in place when head_dim is a whole number of vectors, else packed with zero padding (so head_dim
+// need only be a multiple of 8); the backward applies 1/sqrt(d) to dQ and dK when storing them.
 #pragma once
 
 #include <algorithm>
@@ -97,6 +98,10 @@ void gemm_tile(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, con
 
 struct Dims {
   int64_t d, dp, sp, nt, group;
+  // direct: head_dim is a whole number of vectors, so row-major B operands (V, K, Q, dO) are read
+  // straight from the caller's rows; else they are packed with zero padding to dp columns.
+  bool direct;
+  int64_t dn;  // width of the head_dim-wide products: d (direct) or dp (packed)
   float scale;
 };
 
@@ -107,6 +112,8 @@ Dims dims_of(const AttnShape& s) {
   m.nt = (s.seq + T - 1) / T;
   m.sp = m.nt * T;
   m.group = s.heads / s.kv_heads;
+  m.direct = s.head_dim % kW == 0;
+  m.dn = m.direct ? m.d : m.dp;
   m.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   return m;
 }
@@ -141,6 +148,13 @@ void pack_rows(const Dims& m, int64_t seq, const float* src, int64_t ld, float m
       std::memset(out, 0, sizeof(float) * m.dp);
     }
   }
+}
+
+// dst[r][c] = mul * src[r][c] for rows x cols.
+void scale_rows(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols,
+                float mul) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * ldd + c] = mul * src[r * lds + c];
 }
 
 // Sets S[r][c] = -inf where key k0 + c is after query q0 + r or past the end of the sequence.
@@ -180,7 +194,7 @@ void attn_fwd(const AttnShape& s, const float* q, const float* k, const float* v
     const int64_t b = i / s.kv_heads, kh = i % s.kv_heads;
     const int64_t off = b * s.seq * s.ld_qkv + kh * m.d;
     pack_kt(s, m, k + off, m.scale, KT + i * head_sz);
-    pack_rows(m, s.seq, v + off, s.ld_qkv, 1.0f, Vp + i * head_sz);
+    if (!m.direct) pack_rows(m, s.seq, v + off, s.ld_qkv, 1.0f, Vp + i * head_sz);
   });
 
   const int64_t items = s.batch * s.heads * m.nt;
@@ -194,7 +208,9 @@ void attn_fwd(const AttnShape& s, const float* q, const float* k, const float* v
     float* mx = O + T * m.dp;
     float* l = mx + T;
     const float* kt_head = KT + (b * s.kv_heads + kh) * head_sz;
-    const float* v_head = Vp + (b * s.kv_heads + kh) * head_sz;
+    const float* v_head = m.direct ? v + b * s.seq * s.ld_qkv + kh * m.d
+                                   : Vp + (b * s.kv_heads + kh) * head_sz;
+    const int64_t ldv = m.direct ? s.ld_qkv : m.dp;
     const float* qrows = q + (b * s.seq + q0) * s.ld_qkv + h * m.d;
     for (int64_t r = 0; r < nq; ++r) {
       mx[r] = -std::numeric_limits<float>::infinity();
@@ -224,10 +240,10 @@ void attn_fwd(const AttnShape& s, const float* q, const float* k, const float* v
           std::memset(Or, 0, sizeof(float) * m.dp);
         } else if (alpha != 1.0f) {
           const vf va = vset1(alpha);
-          for (int64_t c = 0; c < m.dp; c += kW) vstore(Or + c, vmul(vload(Or + c), va));
+          for (int64_t c = 0; c < m.dn; c += kW) vstore(Or + c, vmul(vload(Or + c), va));
         }
       }
-      gemm_tile<false>(nq, m.dp, nk, S, T, v_head + k0 * m.dp, m.dp, O, m.dp, true);
+      gemm_tile<false>(nq, m.dn, nk, S, T, v_head + k0 * ldv, ldv, O, m.dp, true);
     }
     for (int64_t r = 0; r < nq; ++r) {
       const float inv = 1.0f / l[r];
@@ -272,7 +288,7 @@ void attn_bwd(const AttnShape& s, const float* q, const float* k, const float* v
   const size_t kvn = bwd_kv_floats(s, m), hn = bwd_head_floats(s, m);
   float* KT = scratch;             // [b*kvh][nt][d][T], scaled
   float* VT = scratch + kvn;       // [b*kvh][nt][d][T]
-  float* Ks = scratch + 2 * kvn;   // [b*kvh][sp][dp], scaled
+  float* Kp = scratch + 2 * kvn;   // [b*kvh][sp][dp] (packed mode only)
   float* dKh = scratch + 3 * kvn;  // [b*h][sp][dp]
   float* dVh = dKh + hn;           // [b*h][sp][dp]
   float* per_thread = dVh + hn;
@@ -283,13 +299,13 @@ void attn_bwd(const AttnShape& s, const float* q, const float* k, const float* v
     const int64_t off = b * s.seq * s.ld_qkv + kh * m.d;
     pack_kt(s, m, k + off, m.scale, KT + i * head_sz);
     pack_kt(s, m, v + off, 1.0f, VT + i * head_sz);
-    pack_rows(m, s.seq, k + off, s.ld_qkv, m.scale, Ks + i * head_sz);
+    if (!m.direct) pack_rows(m, s.seq, k + off, s.ld_qkv, 1.0f, Kp + i * head_sz);
   });
 
   par_for(s.batch * s.heads, threads, [&](int64_t bh, int tid) {
     const int64_t b = bh / s.heads, h = bh % s.heads, kh = h / m.group;
-    float* Qs = per_thread + tid * bwd_thread_floats(m);  // [sp][dp], scaled
-    float* dOp = Qs + head_sz;                            // [sp][dp]
+    float* Qp = per_thread + tid * bwd_thread_floats(m);  // [sp][dp] (packed mode only)
+    float* dOp = Qp + head_sz;                            // [sp][dp] (packed mode only)
     float* dQ = dOp + head_sz;                            // [sp][dp]
     float* D = dQ + head_sz;                              // [sp]
     float* P = D + m.sp;                                  // [T][T]
@@ -301,8 +317,15 @@ void attn_bwd(const AttnShape& s, const float* q, const float* k, const float* v
     const float* oh = o + b * s.seq * s.ld_o + h * m.d;
     const float* lse_h = lse + (b * s.heads + h) * s.seq;
     const int64_t kvi = b * s.kv_heads + kh;
-    pack_rows(m, s.seq, qh, s.ld_qkv, m.scale, Qs);
-    pack_rows(m, s.seq, doh, s.ld_o, 1.0f, dOp);
+    if (!m.direct) {
+      pack_rows(m, s.seq, qh, s.ld_qkv, 1.0f, Qp);
+      pack_rows(m, s.seq, doh, s.ld_o, 1.0f, dOp);
+    }
+    const float* qB = m.direct ? qh : Qp;
+    const float* doB = m.direct ? doh : dOp;
+    const float* kB = m.direct ? k + b * s.seq * s.ld_qkv + kh * m.d : Kp + kvi * head_sz;
+    const int64_t ldq = m.direct ? s.ld_qkv : m.dp, ldo = m.direct ? s.ld_o : m.dp;
+    const int64_t ldk = ldq;
     std::memset(dQ, 0, sizeof(float) * head_sz);
     for (int64_t r = 0; r < s.seq; ++r) {
       const float* a = doh + r * s.ld_o;
@@ -331,19 +354,18 @@ void attn_bwd(const AttnShape& s, const float* q, const float* k, const float* v
             vstore(dSr + c, vmul(p, vsub(vload(dSr + c), dr)));
           }
         }
-        // dV_t += P^T dO, dK_t += dS^T Qs, dQ += dS Ks (the 1/sqrt(d) is inside Qs and Ks).
-        gemm_tile<true>(nk, m.dp, nq, P, T, dOp + q0 * m.dp, m.dp, dVt, m.dp, !first);
-        gemm_tile<true>(nk, m.dp, nq, dS, T, Qs + q0 * m.dp, m.dp, dKt, m.dp, !first);
-        gemm_tile<false>(nq, m.dp, nk, dS, T, Ks + kvi * head_sz + k0 * m.dp, m.dp,
-                         dQ + q0 * m.dp, m.dp, true);
+        // dV_t += P^T dO, dK_t += dS^T Q, dQ += dS K (1/sqrt(d) is applied when storing).
+        gemm_tile<true>(nk, m.dn, nq, P, T, doB + q0 * ldo, ldo, dVt, m.dp, !first);
+        gemm_tile<true>(nk, m.dn, nq, dS, T, qB + q0 * ldq, ldq, dKt, m.dp, !first);
+        gemm_tile<false>(nq, m.dn, nk, dS, T, kB + k0 * ldk, ldk, dQ + q0 * m.dp, m.dp, true);
         first = false;
       }
-      std::memcpy(dKh + bh * head_sz + k0 * m.dp, dKt, sizeof(float) * nk * m.dp);
+      scale_rows(dKh + bh * head_sz + k0 * m.dp, m.dp, dKt, m.dp, nk, m.d, m.scale);
       std::memcpy(dVh + bh * head_sz + k0 * m.dp, dVt, sizeof(float) * nk * m.dp);
     }
     for (int64_t r = 0; r < s.seq; ++r) {
       float* out = dq + (b * s.seq + r) * s.ld_qkv + h * m.d;
-      std::memcpy(out, dQ + r * m.dp, sizeof(float) * m.d);
+      scale_rows(out, 0, dQ + r * m.dp, 0, 1, m.d, m.scale);
     }
   });
 
