@@ -120,18 +120,40 @@ Dims dims_of(const AttnShape& s) {
 
 size_t round64(size_t n) { return (n + 15) / 16 * 16; }  // floats, keeps 64-byte alignment
 
-// Packs key/value head (b, kh): kt[tile][c][j] = mul * src[tile*T + j][c] (d x T per tile, zero
-// beyond seq), and rows[r][c] = mul2 * src2[r][c] padded to dp columns and sp rows.
+// Transposes 8 rows x 8 columns (rows r[0..7]) in registers; out[i] = column i.
+HP_ALWAYS_INLINE void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// Packs one kv head: dst[tile][c][j] = mul * src[tile*T + j][c] (d x T per tile, zero for keys
+// past the end of the sequence), 8 x 8 blocks at a time (d is a multiple of 8).
 void pack_kt(const AttnShape& s, const Dims& m, const float* src, float mul, float* dst) {
+  const __m256 vm = _mm256_set1_ps(mul);
   for (int64_t t = 0; t < m.nt; ++t) {
     float* tile = dst + t * m.d * T;
     const int64_t nk = std::min<int64_t>(T, s.seq - t * T);
-    for (int64_t j = 0; j < T; ++j) {
-      if (j < nk) {
-        const float* row = src + (t * T + j) * s.ld_qkv;
-        for (int64_t c = 0; c < m.d; ++c) tile[c * T + j] = mul * row[c];
-      } else {
-        for (int64_t c = 0; c < m.d; ++c) tile[c * T + j] = 0.0f;
+    for (int64_t j0 = 0; j0 < T; j0 += 8) {
+      for (int64_t c0 = 0; c0 < m.d; c0 += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i)
+          r[i] = j0 + i < nk ? _mm256_mul_ps(vm, _mm256_loadu_ps(src + (t * T + j0 + i) * s.ld_qkv + c0))
+                             : _mm256_setzero_ps();
+        transpose8(r);
+        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(tile + (c0 + i) * T + j0, r[i]);
       }
     }
   }
