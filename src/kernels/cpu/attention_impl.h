@@ -139,24 +139,28 @@ HP_ALWAYS_INLINE void transpose8(__m256 r[8]) {
   }
 }
 
-// Packs one kv head: dst[tile][c][j] = mul * src[tile*T + j][c] (d x T per tile, zero for keys
-// past the end of the sequence), 8 x 8 blocks at a time (d is a multiple of 8).
-void pack_kt(const AttnShape& s, const Dims& m, const float* src, float mul, float* dst) {
+// dst[c][j] = mul * src[j * ld + c] for c < d, j < T (zero for j >= nvalid): one d x T tile,
+// 8 x 8 blocks at a time (d is a multiple of 8).
+void pack_tile_t(const float* src, int64_t ld, int64_t nvalid, int64_t d, float mul, float* dst) {
   const __m256 vm = _mm256_set1_ps(mul);
-  for (int64_t t = 0; t < m.nt; ++t) {
-    float* tile = dst + t * m.d * T;
-    const int64_t nk = std::min<int64_t>(T, s.seq - t * T);
-    for (int64_t j0 = 0; j0 < T; j0 += 8) {
-      for (int64_t c0 = 0; c0 < m.d; c0 += 8) {
-        __m256 r[8];
-        for (int i = 0; i < 8; ++i)
-          r[i] = j0 + i < nk ? _mm256_mul_ps(vm, _mm256_loadu_ps(src + (t * T + j0 + i) * s.ld_qkv + c0))
-                             : _mm256_setzero_ps();
-        transpose8(r);
-        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(tile + (c0 + i) * T + j0, r[i]);
-      }
+  for (int64_t j0 = 0; j0 < T; j0 += 8) {
+    for (int64_t c0 = 0; c0 < d; c0 += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i)
+        r[i] = j0 + i < nvalid ? _mm256_mul_ps(vm, _mm256_loadu_ps(src + (j0 + i) * ld + c0))
+                               : _mm256_setzero_ps();
+      transpose8(r);
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + (c0 + i) * T + j0, r[i]);
     }
   }
+}
+
+// Packs one kv head: dst[tile][c][j] = mul * src[tile*T + j][c] (d x T per tile, zero for keys
+// past the end of the sequence).
+void pack_kt(const AttnShape& s, const Dims& m, const float* src, float mul, float* dst) {
+  for (int64_t t = 0; t < m.nt; ++t)
+    pack_tile_t(src + t * T * s.ld_qkv, s.ld_qkv, std::min<int64_t>(T, s.seq - t * T), m.d, mul,
+                dst + t * m.d * T);
 }
 
 void pack_rows(const Dims& m, int64_t seq, const float* src, int64_t ld, float mul, float* dst) {
@@ -189,83 +193,104 @@ void mask_tile(float* S, int64_t nq, int64_t q0, int64_t k0, int64_t nk) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Forward. Scratch: KT and V packed per (b, kv head), then per thread S, O accumulator, m, l.
+// Forward, in transposed form: per query tile, Q^T (d x 64, scaled) is packed once, and for each
+// key tile S^T = K Q^T (keys x queries) comes from K rows read in place. With queries along the
+// vector lanes, the running max, the running sum and the rescale factor of 16 (AVX-512) queries
+// are one vector each: no horizontal reductions and no scalar exp per row. O += P V then reads P
+// transposed (a broadcast from S^T). Scratch: V packed per (b, kv head) only when head_dim is not
+// a vector multiple; per thread Q^T, S^T, the O accumulator, m, l and alpha.
 
 size_t fwd_kv_floats(const AttnShape& s, const Dims& m) {
-  return round64(static_cast<size_t>(s.batch * s.kv_heads * m.sp * m.dp));
+  return m.direct ? 0 : round64(static_cast<size_t>(s.batch * s.kv_heads * m.sp * m.dp));
 }
-size_t fwd_thread_floats(const Dims& m) { return round64(T * T + T * m.dp + 2 * T); }
+size_t fwd_thread_floats(const Dims& m) { return round64(m.dp * T + T * T + T * m.dp + 3 * T); }
+
+// Sets St[c][r] = -inf where key k0 + c comes after query q0 + r (c < nk).
+void mask_tile_t(float* St, int64_t nk, int64_t q0, int64_t k0) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t c = 0; c < nk; ++c) {
+    const int64_t stop = std::min<int64_t>(T, std::max<int64_t>(0, k0 + c - q0));
+    for (int64_t r = 0; r < stop; ++r) St[c * T + r] = ninf;
+  }
+}
 
 }  // namespace
 
 size_t attn_fwd_scratch(const AttnShape& s, int threads) {
   const Dims m = dims_of(s);
-  return 2 * fwd_kv_floats(s, m) + static_cast<size_t>(std::max(threads, 1)) * fwd_thread_floats(m);
+  return fwd_kv_floats(s, m) + static_cast<size_t>(std::max(threads, 1)) * fwd_thread_floats(m);
 }
 
 void attn_fwd(const AttnShape& s, const float* q, const float* k, const float* v, float* o,
               float* lse, float* scratch, int threads) {
   const Dims m = dims_of(s);
-  const size_t kvn = fwd_kv_floats(s, m);
-  float* KT = scratch;  // [b*kvh][nt][d][T], scaled by 1/sqrt(d)
-  float* Vp = scratch + kvn;  // [b*kvh][sp][dp]
-  float* per_thread = scratch + 2 * kvn;
+  float* Vp = scratch;  // [b*kvh][sp][dp] (packed mode only)
+  float* per_thread = scratch + fwd_kv_floats(s, m);
   const int64_t head_sz = m.sp * m.dp;
 
-  par_for(s.batch * s.kv_heads, threads, [&](int64_t i, int) {
-    const int64_t b = i / s.kv_heads, kh = i % s.kv_heads;
-    const int64_t off = b * s.seq * s.ld_qkv + kh * m.d;
-    pack_kt(s, m, k + off, m.scale, KT + i * head_sz);
-    if (!m.direct) pack_rows(m, s.seq, v + off, s.ld_qkv, 1.0f, Vp + i * head_sz);
-  });
+  if (!m.direct) {
+    par_for(s.batch * s.kv_heads, threads, [&](int64_t i, int) {
+      const int64_t b = i / s.kv_heads, kh = i % s.kv_heads;
+      pack_rows(m, s.seq, v + b * s.seq * s.ld_qkv + kh * m.d, s.ld_qkv, 1.0f, Vp + i * head_sz);
+    });
+  }
 
   const int64_t items = s.batch * s.heads * m.nt;
+  const float ninf = -std::numeric_limits<float>::infinity();
   par_for(items, threads, [&](int64_t it, int tid) {
     // Longest rows (last query tiles) first so the dynamic schedule ends evenly.
     const int64_t qt = m.nt - 1 - it % m.nt, bh = it / m.nt;
     const int64_t b = bh / s.heads, h = bh % s.heads, kh = h / m.group;
     const int64_t q0 = qt * T, nq = std::min<int64_t>(T, s.seq - q0);
-    float* S = per_thread + tid * fwd_thread_floats(m);
-    float* O = S + T * T;
-    float* mx = O + T * m.dp;
+    float* QT = per_thread + tid * fwd_thread_floats(m);  // [d][T]
+    float* St = QT + m.dp * T;                             // [T keys][T queries]
+    float* O = St + T * T;                                 // [T][dp]
+    float* mx = O + T * m.dp;                              // [T] each
     float* l = mx + T;
-    const float* kt_head = KT + (b * s.kv_heads + kh) * head_sz;
+    float* alpha = l + T;
+    const float* k_head = k + b * s.seq * s.ld_qkv + kh * m.d;
     const float* v_head = m.direct ? v + b * s.seq * s.ld_qkv + kh * m.d
                                    : Vp + (b * s.kv_heads + kh) * head_sz;
     const int64_t ldv = m.direct ? s.ld_qkv : m.dp;
-    const float* qrows = q + (b * s.seq + q0) * s.ld_qkv + h * m.d;
-    for (int64_t r = 0; r < nq; ++r) {
-      mx[r] = -std::numeric_limits<float>::infinity();
-      l[r] = 0.0f;
+    pack_tile_t(q + (b * s.seq + q0) * s.ld_qkv + h * m.d, s.ld_qkv, nq, m.d, m.scale, QT);
+    for (int64_t r = 0; r < T; r += kW) {
+      vstore(mx + r, vset1(ninf));
+      vstore(l + r, vzero());
     }
     for (int64_t kt = 0; kt <= qt; ++kt) {
       const int64_t k0 = kt * T, nk = std::min<int64_t>(T, s.seq - k0);
-      gemm_tile<false>(nq, T, m.d, qrows, s.ld_qkv, kt_head + kt * m.d * T, T, S, T, false);
-      if (kt == qt || nk < T) mask_tile(S, nq, q0, k0, nk);
-      for (int64_t r = 0; r < nq; ++r) {
-        float* Sr = S + r * T;
-        vf vm = vload(Sr);
-        for (int64_t c = kW; c < T; c += kW) vm = vmax(vm, vload(Sr + c));
-        const float mnew = std::max(mx[r], hmax(vm));
-        const float alpha = std::exp(mx[r] - mnew);  // 0 on the first tile (mx = -inf)
-        const vf vmn = vset1(mnew);
+      gemm_tile<false>(nk, T, m.d, k_head + k0 * s.ld_qkv, s.ld_qkv, QT, T, St, T, false);
+      if (kt == qt) mask_tile_t(St, nk, q0, k0);
+      bool rescale = false;
+      for (int64_t r = 0; r < T; r += kW) {
+        vf vm = vload(St + r);
+        for (int64_t c = 1; c < nk; ++c) vm = vmax(vm, vload(St + c * T + r));
+        const vf mold = vload(mx + r);
+        const vf mnew = vmax(mold, vm);
+        const vf a = vexp(vsub(mold, mnew));  // 0 on the first tile (mold = -inf)
         vf sum = vzero();
-        for (int64_t c = 0; c < T; c += kW) {
-          const vf p = vexp(vsub(vload(Sr + c), vmn));
-          vstore(Sr + c, p);
+        for (int64_t c = 0; c < nk; ++c) {
+          const vf p = vexp(vsub(vload(St + c * T + r), mnew));
+          vstore(St + c * T + r, p);
           sum = vadd(sum, p);
         }
-        l[r] = l[r] * alpha + hsum(sum);
-        mx[r] = mnew;
-        float* Or = O + r * m.dp;
-        if (kt == 0) {
-          std::memset(Or, 0, sizeof(float) * m.dp);
-        } else if (alpha != 1.0f) {
-          const vf va = vset1(alpha);
-          for (int64_t c = 0; c < m.dn; c += kW) vstore(Or + c, vmul(vload(Or + c), va));
+        vstore(l + r, vfmadd(vload(l + r), a, sum));
+        vstore(mx + r, mnew);
+        vstore(alpha + r, a);
+      }
+      if (kt == 0) {
+        std::memset(O, 0, sizeof(float) * nq * m.dp);
+      } else {
+        for (int64_t r = 0; r < nq; ++r) rescale |= alpha[r] != 1.0f;
+        if (rescale) {
+          for (int64_t r = 0; r < nq; ++r) {
+            float* Or = O + r * m.dp;
+            const vf va = vset1(alpha[r]);
+            for (int64_t c = 0; c < m.dn; c += kW) vstore(Or + c, vmul(vload(Or + c), va));
+          }
         }
       }
-      gemm_tile<false>(nq, m.dn, nk, S, T, v_head + k0 * ldv, ldv, O, m.dp, true);
+      gemm_tile<true>(nq, m.dn, nk, St, T, v_head + k0 * ldv, ldv, O, m.dp, true);
     }
     for (int64_t r = 0; r < nq; ++r) {
       const float inv = 1.0f / l[r];
