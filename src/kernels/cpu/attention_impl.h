@@ -4,11 +4,11 @@
 // Tiles of kAttnTile (64) query rows x 64 keys. Only the log-sum-exp per query row is kept between
 // forward and backward; no seq x seq matrix ever exists, tiles above the diagonal are never
 // visited, and only the diagonal tile (and a ragged last tile) is masked element by element.
-// The four products of a tile (S = Q K^T, O += P V, and in the backward dV += P^T dO,
+// The products of a tile (forward S^T = K Q^T and O += P V; backward S = Q K^T, dV += P^T dO,
 // dP = dO V^T, dQ += dS K, dK += dS^T Q) all go through one register-tiled micro-kernel:
 // C[MR x NV vectors] += A B with A read by broadcast (row-major or transposed, so P^T and dS^T
-// need no copy) and B read as whole vectors. K^T (and V^T for the backward) is packed once per
-// call into scratch, with 1/sqrt(d) folded into K^T. Row-major B operands (V, K, Q, dO) are read
+// need no copy) and B read as whole vectors. The forward packs Q^T per query tile; the backward
+// packs K^T and V^T once per call, 1/sqrt(d) folded into Q^T and K^T. Row-major B operands (V, K, Q, dO) are read
 // in place when head_dim is a whole number of vectors, else packed with zero padding (so head_dim
 // need only be a multiple of 8); the backward applies 1/sqrt(d) to dQ and dK when storing them.
 #pragma once
