@@ -303,10 +303,12 @@ void attn_fwd(const AttnShape& s, const float* q, const float* k, const float* v
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward (FlashAttention-2 order): per (b, head), key tiles outer, query tiles from the diagonal
-// down inner; dK/dV of a key tile accumulate in registers-friendly thread scratch and are stored
-// once; dQ accumulates in a per-thread copy of the head. Per-query-head dK/dV are summed over the
-// GQA group at the end in head order, so the result is deterministic for any thread count.
+// Backward (FlashAttention-2 order): key tiles outer, query tiles from the diagonal down inner;
+// dK/dV of a key tile accumulate in thread scratch and are stored once. The key tiles of each
+// (b, head) are cut into up to kSplits groups of about equal causal work, one work item each, so
+// a few heads still feed many threads; each group accumulates its own dQ partial, and the partials
+// are added in group order. Per-query-head dK/dV are summed over the GQA group in head order. The
+// cut depends only on the shape, so results are bit-identical for any thread count.
 
 namespace {
 
@@ -317,14 +319,34 @@ size_t bwd_head_floats(const AttnShape& s, const Dims& m) {
   return round64(static_cast<size_t>(s.batch * s.heads * m.sp * m.dp));
 }
 size_t bwd_thread_floats(const Dims& m) {
-  return round64(3 * m.sp * m.dp + m.sp + 2 * T * T + 2 * T * m.dp);
+  return round64(2 * m.sp * m.dp + m.sp + 2 * T * T + 2 * T * m.dp);
+}
+
+constexpr int64_t kSplits = 4;
+
+// Cuts key tiles [0, nt) into n = min(nt, kSplits) groups [cut[g], cut[g+1]) of about equal
+// work (key tile kt meets nt - kt query tiles). Returns n.
+int64_t split_key_tiles(int64_t nt, int64_t* cut) {
+  const int64_t n = std::min(nt, kSplits), total = nt * (nt + 1) / 2;
+  int64_t g = 1, acc = 0;
+  cut[0] = 0;
+  for (int64_t kt = 0; kt < nt && g < n; ++kt) {
+    acc += nt - kt;
+    if (acc * n >= g * total && kt + 1 < nt) cut[g++] = kt + 1;
+  }
+  for (; g <= n; ++g) cut[g] = nt;  // the last group ends at nt (an empty group is allowed)
+  return n;
+}
+
+size_t bwd_dq_floats(const AttnShape& s, const Dims& m) {
+  return round64(static_cast<size_t>(s.batch * s.heads * std::min(m.nt, kSplits) * m.sp * m.dp));
 }
 
 }  // namespace
 
 size_t attn_bwd_scratch(const AttnShape& s, int threads) {
   const Dims m = dims_of(s);
-  return 3 * bwd_kv_floats(s, m) + 2 * bwd_head_floats(s, m) +
+  return 3 * bwd_kv_floats(s, m) + 2 * bwd_head_floats(s, m) + bwd_dq_floats(s, m) +
          static_cast<size_t>(std::max(threads, 1)) * bwd_thread_floats(m);
 }
 
@@ -338,8 +360,11 @@ void attn_bwd(const AttnShape& s, const float* q, const float* k, const float* v
   float* Kp = scratch + 2 * kvn;   // [b*kvh][sp][dp] (packed mode only)
   float* dKh = scratch + 3 * kvn;  // [b*h][sp][dp]
   float* dVh = dKh + hn;           // [b*h][sp][dp]
-  float* per_thread = dVh + hn;
+  float* dQs = dVh + hn;           // [b*h][split][sp][dp]
+  float* per_thread = dQs + bwd_dq_floats(s, m);
   const int64_t head_sz = m.sp * m.dp;
+  int64_t cut[kSplits + 1];
+  const int64_t ns = split_key_tiles(m.nt, cut);
 
   par_for(s.batch * s.kv_heads, threads, [&](int64_t i, int) {
     const int64_t b = i / s.kv_heads, kh = i % s.kv_heads;
@@ -349,12 +374,17 @@ void attn_bwd(const AttnShape& s, const float* q, const float* k, const float* v
     if (!m.direct) pack_rows(m, s.seq, k + off, s.ld_qkv, 1.0f, Kp + i * head_sz);
   });
 
-  par_for(s.batch * s.heads, threads, [&](int64_t bh, int tid) {
+  // Heaviest groups (first key tiles) of every head first.
+  par_for(s.batch * s.heads * ns, threads, [&](int64_t item, int tid) {
+    const int64_t grp = item / (s.batch * s.heads), bh = item % (s.batch * s.heads);
     const int64_t b = bh / s.heads, h = bh % s.heads, kh = h / m.group;
+    const int64_t kt_begin = cut[grp], kt_end = cut[grp + 1];
+    if (kt_begin == kt_end) return;
+    const int64_t r_begin = kt_begin * T;  // first query row this group touches
     float* Qp = per_thread + tid * bwd_thread_floats(m);  // [sp][dp] (packed mode only)
     float* dOp = Qp + head_sz;                            // [sp][dp] (packed mode only)
-    float* dQ = dOp + head_sz;                            // [sp][dp]
-    float* D = dQ + head_sz;                              // [sp]
+    float* D = dOp + head_sz;                             // [sp]
+    float* dQ = dQs + (bh * ns + grp) * head_sz;          // [sp][dp], rows >= r_begin
     float* P = D + m.sp;                                  // [T][T]
     float* dS = P + T * T;                                // [T][T]
     float* dKt = dS + T * T;                              // [T][dp]
@@ -373,15 +403,15 @@ void attn_bwd(const AttnShape& s, const float* q, const float* k, const float* v
     const float* kB = m.direct ? k + b * s.seq * s.ld_qkv + kh * m.d : Kp + kvi * head_sz;
     const int64_t ldq = m.direct ? s.ld_qkv : m.dp, ldo = m.direct ? s.ld_o : m.dp;
     const int64_t ldk = ldq;
-    std::memset(dQ, 0, sizeof(float) * head_sz);
-    for (int64_t r = 0; r < s.seq; ++r) {
+    std::memset(dQ + r_begin * m.dp, 0, sizeof(float) * (m.sp - r_begin) * m.dp);
+    for (int64_t r = r_begin; r < s.seq; ++r) {
       const float* a = doh + r * s.ld_o;
       const float* c = oh + r * s.ld_o;
       float acc = 0.0f;
       for (int64_t j = 0; j < m.d; ++j) acc += a[j] * c[j];
       D[r] = acc;
     }
-    for (int64_t kt = 0; kt < m.nt; ++kt) {
+    for (int64_t kt = kt_begin; kt < kt_end; ++kt) {
       const int64_t k0 = kt * T, nk = std::min<int64_t>(T, s.seq - k0);
       const float* kt_tile = KT + kvi * head_sz + kt * m.d * T;
       const float* vt_tile = VT + kvi * head_sz + kt * m.d * T;
@@ -410,9 +440,22 @@ void attn_bwd(const AttnShape& s, const float* q, const float* k, const float* v
       scale_rows(dKh + bh * head_sz + k0 * m.dp, m.dp, dKt, m.dp, nk, m.d, m.scale);
       std::memcpy(dVh + bh * head_sz + k0 * m.dp, dVt, sizeof(float) * nk * m.dp);
     }
-    for (int64_t r = 0; r < s.seq; ++r) {
+  });
+
+  // dq = (sum of the dQ partials of the groups that reach the row, in group order) / sqrt(d).
+  par_for(s.batch * s.heads * m.nt, threads, [&](int64_t i, int) {
+    const int64_t bh = i / m.nt, qt = i % m.nt;
+    const int64_t b = bh / s.heads, h = bh % s.heads;
+    const int64_t q0 = qt * T, nq = std::min<int64_t>(T, s.seq - q0);
+    for (int64_t r = q0; r < q0 + nq; ++r) {
       float* out = dq + (b * s.seq + r) * s.ld_qkv + h * m.d;
-      scale_rows(out, 0, dQ + r * m.dp, 0, 1, m.d, m.scale);
+      scale_rows(out, 0, dQs + (bh * ns) * head_sz + r * m.dp, 0, 1, m.d, 1.0f);
+      for (int64_t g = 1; g < ns && cut[g] <= qt; ++g) {
+        if (cut[g] == cut[g + 1]) continue;
+        const float* part = dQs + (bh * ns + g) * head_sz + r * m.dp;
+        for (int64_t c = 0; c < m.d; ++c) out[c] += part[c];
+      }
+      for (int64_t c = 0; c < m.d; ++c) out[c] *= m.scale;
     }
   });
 
