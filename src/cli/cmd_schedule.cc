@@ -1,9 +1,82 @@
-// helixpipe schedule: placeholder until issue 2 lands.
+// helixpipe schedule: generate a pipeline schedule and print it as text, JSON, an SVG timeline or a
+// Chrome trace (the pictures come from the simulator with uniform unit part costs and free links).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
 #include "cli/commands.h"
+#include "cli/schedule_flags.h"
+#include "schedule/generate.h"
+#include "schedule/lower.h"
+#include "schedule/text_io.h"
+#include "sim/cost_model.h"
+#include "sim/simulator.h"
+#include "sim/timeline.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace hp::cli {
 
-int cmd_schedule(int, char**) { fail("'schedule' is not built yet (issue 2)"); }
+namespace {
+
+// Every part costs one time unit forward, one for I and one for W (B = 2); links are free.
+CostModel unit_costs() {
+  CostModel c;
+  for (PartKind k : {PartKind::kEmbed, PartKind::kPre, PartKind::kAttn, PartKind::kPost,
+                     PartKind::kHead})
+    for (Dir d : {Dir::kF, Dir::kI, Dir::kW}) c.set_part_time(k, d, 1.0);
+  return c;
+}
+
+}  // namespace
+
+int cmd_schedule(int argc, char** argv) {
+  CLI::App app{"Generate a pipeline schedule: one ordered list of compute ops per stage.",
+               "helixpipe schedule"};
+  ScheduleFlags flags;
+  add_schedule_flags(app, flags);
+  std::string format = "text", out;
+  app.add_option("--format", format,
+                 "text (one op a line), json, svg (timeline picture) or trace (Chrome/Perfetto "
+                 "JSON); svg and trace simulate with unit part costs and free links")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json", "svg", "trace"}));
+  app.add_option("--out", out, "write to FILE instead of standard output");
+  app.footer(
+      "Examples:\n"
+      "  helixpipe schedule --schedule=helix --stages=4 --microbatches=8 --layers=4 --folds=2\n"
+      "  helixpipe schedule --schedule=1f1b --stages=4 --microbatches=8 --layers=8 --format=json\n"
+      "  helixpipe schedule --schedule=interleaved --stages=4 --microbatches=8 --layers=16 "
+      "--virtual=2 --format=svg --out=interleaved.svg\n"
+      "  helixpipe schedule --schedule=zb1p --stages=4 --microbatches=8 --layers=8 "
+      "--format=trace --out=zb1p.json   (open in ui.perfetto.dev)\n"
+      "Schedules: gpipe, 1f1b, interleaved (needs --virtual >= 2), zb1p, helix (--folds 1 or 2).\n"
+      "File formats: docs/formats/schedule.md. Check a file with 'helixpipe validate FILE'.\n");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // prints help, or what is wrong and the valid values
+    return rc == 0 ? 0 : 2;
+  }
+  Schedule s = generate(schedule_spec(flags));
+  std::string text;
+  if (format == "text") {
+    text = schedule_to_text(s);
+  } else if (format == "json") {
+    text = schedule_to_json(s).dump(1) + "\n";
+  } else {
+    lower(s);
+    SimOptions opt;
+    SimResult r = simulate(s, unit_costs(), opt);
+    text = format == "svg" ? render_svg(r.timeline) : render_chrome_trace(r.timeline);
+  }
+  if (out.empty()) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  } else {
+    write_file_atomic(out, text);
+    std::fprintf(stderr, "wrote %s (%s, %zu bytes)\n", out.c_str(), format.c_str(), text.size());
+  }
+  return 0;
+}
 
 }  // namespace hp::cli

@@ -66,6 +66,13 @@ void check_shape(const Schedule& s, Errors& err) {
   if (static_cast<int>(s.stages.size()) != p)
     err.add("the header says {} stages but the schedule lists {}", p, s.stages.size());
   if (err.any()) return;
+  const int64_t pairs = static_cast<int64_t>(m) * (3 * static_cast<int64_t>(L) + 2);
+  if (pairs > 4'000'000) {
+    err.add("the schedule has {} micro-batches x {} parts = {} (part, micro-batch) pairs; the "
+            "validator handles up to 4000000 (fewer micro-batches or layers)",
+            m, 3 * static_cast<int64_t>(L) + 2, pairs);
+    return;
+  }
   for (int st = 0; st < p; ++st) {
     const auto& ops = s.stages[st].ops;
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {

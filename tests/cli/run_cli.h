@@ -1,0 +1,45 @@
+// Test harness for the helixpipe binary: runs it with arguments, captures standard output, standard
+// error and the exit status. The binary is HP_BINARY_DIR/helixpipe (set by hp_test).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace hp::test {
+
+struct CliResult {
+  int code = -1;    // exit status (-1: did not exit normally)
+  std::string out;  // standard output
+  std::string err;  // standard error
+};
+
+inline std::string cli_source_dir() { return HP_SOURCE_DIR; }
+inline std::string cli_binary() { return std::string(HP_BINARY_DIR) + "/helixpipe"; }
+
+// Runs `helixpipe ARGS` through the shell (ARGS is pasted as is: quote paths with spaces).
+inline CliResult run_cli(const std::string& args) {
+  static int counter = 0;
+  const std::string err_path = ::testing::TempDir() + "hp_cli_err_" + std::to_string(++counter);
+  const std::string cmd = cli_binary() + " " + args + " 2>" + err_path;
+  CliResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  std::remove(err_path.c_str());
+  return r;
+}
+
+}  // namespace hp::test
