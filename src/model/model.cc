@@ -546,11 +546,13 @@ struct ModelT<T>::Impl {
     }
     const bool split = op.dir == Dir::kI;
     for (size_t i = 0; i < n; ++i) backward(op.parts[i], ctx[i], split);
+    store.defer_stash_peak(true);  // I swaps F's stash for W's in one step
     if (split)
       for (size_t i = 0; i < n; ++i)
         for (const Value& v : weight_stash(op.parts[i], ctx[i], L)) store.keep(v, mb);
     for (size_t i = 0; i < n; ++i)
       for (const Value& v : part_stash(op, i, ctx[i], L)) store.unkeep(v, mb);
+    store.defer_stash_peak(false);
     cleanup(backward_outputs(op.parts[n - 1], ctx[n - 1], L));
     return 0;
   }
