@@ -546,13 +546,19 @@ struct ModelT<T>::Impl {
     }
     const bool split = op.dir == Dir::kI;
     for (size_t i = 0; i < n; ++i) backward(op.parts[i], ctx[i], split);
-    store.defer_stash_peak(true);  // I swaps F's stash for W's in one step
-    if (split)
+    {
+      // I swaps F's stash for W's in one step: measure the peak after the swap, not during it.
+      struct Defer {
+        ValueStoreT<T>& s;
+        explicit Defer(ValueStoreT<T>& x) : s(x) { s.defer_stash_peak(true); }
+        ~Defer() { s.defer_stash_peak(false); }
+      } defer(store);
+      if (split)
+        for (size_t i = 0; i < n; ++i)
+          for (const Value& v : weight_stash(op.parts[i], ctx[i], L)) store.keep(v, mb);
       for (size_t i = 0; i < n; ++i)
-        for (const Value& v : weight_stash(op.parts[i], ctx[i], L)) store.keep(v, mb);
-    for (size_t i = 0; i < n; ++i)
-      for (const Value& v : part_stash(op, i, ctx[i], L)) store.unkeep(v, mb);
-    store.defer_stash_peak(false);
+        for (const Value& v : part_stash(op, i, ctx[i], L)) store.unkeep(v, mb);
+    }
     cleanup(backward_outputs(op.parts[n - 1], ctx[n - 1], L));
     return 0;
   }
