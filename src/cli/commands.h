@@ -14,5 +14,7 @@ int cmd_train(int argc, char** argv);
 int cmd_grad(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
+int cmd_sweep(int argc, char** argv);
+int cmd_plan(int argc, char** argv);
 
 }  // namespace hp::cli

@@ -20,6 +20,8 @@ constexpr Command kCommands[] = {
     {"validate", hp::cli::cmd_validate, "check a schedule file: dependencies, matching, deadlock, memory"},
     {"simulate", hp::cli::cmd_simulate, "replay a schedule on a cost model: makespan, bubble, memory"},
     {"compare", hp::cli::cmd_compare, "simulate every schedule side by side for one model"},
+    {"sweep", hp::cli::cmd_sweep, "TP x PP x DP sweep over sequence length and GPU count"},
+    {"plan", hp::cli::cmd_plan, "rank the configurations that fit: schedule, layout, M, recompute"},
     {"init", hp::cli::cmd_init, "write a freshly initialized model (safetensors + config.json)"},
     {"tokenize", hp::cli::cmd_tokenize, "turn a text file into a token file"},
     {"train", hp::cli::cmd_train, "train a model (single process, or pipelined under mpirun)"},

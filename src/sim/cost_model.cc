@@ -68,6 +68,12 @@ void CostModel::set_part_time(PartKind kind, Dir dir, double seconds) {
   time_[static_cast<int>(kind)][dir_slot(dir)] = seconds;
 }
 
+void CostModel::scale_flops(double factor) {
+  HP_CHECK(factor > 0, "scale_flops: factor must be > 0, got {}", factor);
+  for (auto& k : flops_)
+    for (double& f : k) f *= factor;
+}
+
 void CostModel::set_links(LinkProfile intra, LinkProfile inter, int stages_per_node) {
   HP_CHECK(stages_per_node >= 1, "stages_per_node must be >= 1, got {}", stages_per_node);
   intra_ = intra;

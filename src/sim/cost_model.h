@@ -61,6 +61,9 @@ class CostModel {
   void set_part_time(PartKind kind, Dir dir, double seconds);
   void set_links(LinkProfile intra, LinkProfile inter, int stages_per_node);
   void set_attn_recompute_time(double seconds) { attn_recompute_f_ = seconds; }
+  double attn_recompute_time() const { return attn_recompute_f_; }
+  // Tensor parallelism splits each op's FLOPs over t devices: scales the model FLOPs by `factor`.
+  void scale_flops(double factor);
 
   // The part-cost JSON shape (so a derived model can be saved, edited and fed back).
   nlohmann::json to_json() const;

@@ -1,0 +1,168 @@
+// helixpipe sweep: the paper's trends on paper. For each sequence length and GPU count, the best
+// TP x PP x DP layout (and recomputation, folds) that fits in memory for HelixPipe, 1F1B and ZB1P,
+// with throughput, MFU and memory per GPU, and HelixPipe's gain over the better baseline.
+#include <fmt/format.h>
+
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/sim_common.h"
+#include "sim/parallel.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace hp::cli {
+
+namespace {
+
+std::vector<int64_t> parse_list(const std::string& text, const char* flag) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    int64_t mult = 1;
+    if (!item.empty() && (item.back() == 'k' || item.back() == 'K')) {
+      mult = 1024;
+      item.pop_back();
+    }
+    try {
+      size_t used = 0;
+      int64_t v = std::stoll(item, &used);
+      HP_CHECK(used == item.size() && v > 0, "bad");
+      out.push_back(v * mult);
+    } catch (const std::exception&) {
+      fail("{}: '{}' is not a positive integer (give a comma-separated list like 16k,32k,131072)",
+           flag, item);
+    }
+  }
+  HP_CHECK(!out.empty(), "{}: empty list", flag);
+  return out;
+}
+
+// The best fitting configuration of one schedule family at one (s, N); fits = false when none.
+PlanResult best_of(const std::string& family, const ModelConfig& cfg, int64_t s, int gpus,
+                   const DeviceProfile& dev, double memory, int global_batch, int want_tp, int want_pp) {
+  PlanResult best;
+  for (const Layout& lay : layouts(gpus, static_cast<int>(cfg.layers), dev.gpus_per_node)) {
+    if ((want_tp && lay.tp != want_tp) || (want_pp && lay.pp != want_pp)) continue;
+    if (global_batch % lay.dp) continue;
+    const int m = global_batch / lay.dp;
+    std::vector<PlanCase> cases;
+    PlanCase c;
+    c.schedule = family;
+    c.layout = lay;
+    c.microbatches = m;
+    if (family == "helix") {
+      for (int F : {1, 2})
+        for (Recompute r : {Recompute::kNoAttn, Recompute::kNone}) {
+          c.folds = F;
+          c.recompute = r;
+          cases.push_back(c);
+        }
+    } else {
+      for (Recompute r : {Recompute::kNone, Recompute::kFull}) {
+        c.recompute = r;
+        cases.push_back(c);
+      }
+    }
+    for (PlanCase& pc : cases) {
+      PlanResult r = evaluate_fitting(pc, cfg, s, dev, memory);
+      if (r.fits && (!best.fits || r.tokens_per_s > best.tokens_per_s)) best = r;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+int cmd_sweep(int argc, char** argv) {
+  CLI::App app{"Sweep sequence length and GPU count: for HelixPipe, 1F1B and ZB1P, the fastest\n"
+               "TP x PP x DP layout (with recomputation, folds, MLP chunking) that fits in memory,\n"
+               "its throughput, MFU and memory per GPU, and HelixPipe's gain over the better baseline.",
+               "helixpipe sweep"};
+  app.footer(
+      "Model of TP (with sequence parallelism) and DP: src/sim/parallel.h and docs/simulator.md.\n"
+      "Every layout has PP >= 2 and micro-batches per pipeline = global batch / DP.\n\n"
+      "examples:\n"
+      "  helixpipe sweep --model=7b --device=h20\n"
+      "  helixpipe sweep --model=7b --device=a800 --seq-lens=16k,32k --gpus=64 --format=json");
+  std::string model = "7b", device = "h20", seq_text = "16k,32k,64k,128k,256k", gpu_text = "8,16,32,64";
+  std::string format = "text", out;
+  int global_batch = 32, want_tp = 0, want_pp = 0;
+  double memory_gib = 0;
+  app.add_option("--model", model, "model preset or JSON file (default 7b)");
+  app.add_option("--device", device, "device profile (default h20)");
+  app.add_option("--seq-lens", seq_text, "sequence lengths, comma-separated (k = 1024)");
+  app.add_option("--gpus", gpu_text, "GPU counts, comma-separated");
+  app.add_option("--global-batch", global_batch, "sequences per iteration (default 32)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--memory", memory_gib, "usable GiB per GPU (default: the device's memory)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--tp", want_tp, "only layouts with this TP degree (default: any)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--pp", want_pp, "only layouts with this PP degree (default: any >= 2)")
+      ->check(CLI::PositiveNumber);
+  add_format_flag(app, format);
+  app.add_option("--out", out, "also write the JSON result to this file");
+  if (auto rc = parse_or_exit(app, argc, argv)) return *rc;
+
+  const ModelConfig cfg = ModelConfig::load(model);
+  const DeviceProfile dev = device_profile(device);
+  const auto seqs = parse_list(seq_text, "--seq-lens");
+  const auto gpus = parse_list(gpu_text, "--gpus");
+  const double memory = memory_gib > 0 ? memory_gib * (1ull << 30) : dev.memory_bytes;
+  HP_CHECK(memory > 0, "device '{}' states no memory; give --memory=GiB", dev.name);
+
+  nlohmann::json rows = nlohmann::json::array();
+  if (format == "text") {
+    fmt::print("model {} on {} ({:.0f} GiB per GPU), global batch {} sequences\n\n", cfg.name,
+               dev.name, memory / (1ull << 30), global_batch);
+    fmt::print("{:>7} {:>5} | {:<34} {:>9} {:>6} {:>8} | {:<30} {:>9} {:>8} | {:<30} {:>9} {:>8} | {:>7}\n",
+               "seq", "GPUs", "helix: layout, config", "tok/s", "MFU", "mem/GPU", "1f1b", "tok/s",
+               "mem/GPU", "zb1p", "tok/s", "mem/GPU", "gain");
+  }
+  auto brief = [](const PlanResult& r) {
+    return r.fits ? fmt::format("{} {} m={}", r.c.layout.str(), r.c.label().substr(r.c.schedule.size() + 1),
+                                r.c.microbatches)
+                  : std::string("does not fit");
+  };
+  for (int64_t s : seqs) {
+    for (int64_t n : gpus) {
+      PlanResult h = best_of("helix", cfg, s, static_cast<int>(n), dev, memory, global_batch, want_tp, want_pp);
+      PlanResult o = best_of("1f1b", cfg, s, static_cast<int>(n), dev, memory, global_batch, want_tp, want_pp);
+      PlanResult z = best_of("zb1p", cfg, s, static_cast<int>(n), dev, memory, global_batch, want_tp, want_pp);
+      double base = std::max(o.fits ? o.tokens_per_s : 0.0, z.fits ? z.tokens_per_s : 0.0);
+      double gain = h.fits && base > 0 ? h.tokens_per_s / base - 1 : 0;
+      nlohmann::json row = {{"seq_len", s}, {"gpus", n}};
+      for (const auto& [name, r] : {std::pair<const char*, const PlanResult*>{"helix", &h},
+                                    {"1f1b", &o}, {"zb1p", &z}}) {
+        nlohmann::json j = {{"fits", r->fits}};
+        if (r->fits) {
+          j.update({{"tp", r->c.layout.tp}, {"pp", r->c.layout.pp}, {"dp", r->c.layout.dp},
+                    {"config", r->c.label()}, {"microbatches", r->c.microbatches},
+                    {"tokens_per_s", r->tokens_per_s}, {"mfu", r->mfu},
+                    {"memory_per_gpu_bytes", r->memory.total()},
+                    {"bubble_fraction", r->bubble_fraction}, {"comm_exposed", r->comm_exposed}});
+        }
+        row[name] = j;
+      }
+      if (h.fits && base > 0) row["helix_gain"] = gain;
+      rows.push_back(row);
+      if (format == "text") {
+        auto tok = [](const PlanResult& r) { return r.fits ? fmt::format("{:.0f}", r.tokens_per_s) : "-"; };
+        auto mem = [](const PlanResult& r) { return r.fits ? human_bytes(r.memory.total()) : "-"; };
+        fmt::print("{:>7} {:>5} | {:<34} {:>9} {:>5.1f}% {:>8} | {:<30} {:>9} {:>8} | {:<30} {:>9} {:>8} | {:>7}\n",
+                   s, n, brief(h), tok(h), 100 * h.mfu, mem(h), brief(o), tok(o), mem(o), brief(z),
+                   tok(z), mem(z), h.fits && base > 0 ? fmt::format("{:+.1f}%", 100 * gain) : "-");
+        std::fflush(stdout);
+      }
+    }
+  }
+  nlohmann::json result = {{"version", 1}, {"model", cfg.name}, {"device", dev.name},
+                           {"memory_bytes", memory}, {"global_batch", global_batch}, {"rows", rows}};
+  if (!out.empty()) write_file_atomic(out, result.dump(2) + "\n");
+  if (format == "json") fmt::print("{}\n", result.dump(2));
+  return 0;
+}
+
+}  // namespace hp::cli

@@ -1,0 +1,162 @@
+// Shared flags and helpers of the simulator commands.
+#include "cli/sim_common.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "schedule/lower.h"
+#include "sim/memory.h"
+#include "sim/timeline.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace hp::cli {
+
+void add_shape_flags(CLI::App& app, ShapeFlags& f, bool with_schedule) {
+  if (with_schedule) {
+    app.add_option("--schedule", f.schedule, "schedule generator: gpipe, 1f1b, interleaved, zb1p, helix")
+        ->required()
+        ->check(CLI::IsMember(schedule_names()));
+  }
+  app.add_option("--stages", f.stages, "pipeline stages p (>= 1)")->required()->check(CLI::PositiveNumber);
+  app.add_option("--microbatches", f.microbatches, "micro-batches per iteration m (>= 1)")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--layers", f.layers, "transformer layers L (default: the model's)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--folds", f.folds, "HelixPipe folds F (helix only; default 1)")->check(CLI::PositiveNumber);
+  app.add_option("--virtual", f.virtual_stages, "model chunks per stage V (interleaved only)")
+      ->check(CLI::PositiveNumber);
+}
+
+void add_cost_flags(CLI::App& app, CostFlags& f) {
+  app.add_option("--part-costs", f.part_costs,
+                 "JSON file of seconds per part and direction + link (docs/formats/sim.md)");
+  app.add_option("--model", f.model,
+                 "model config: a preset (tiny, small, 1.3b, 3b, 7b, ...) or a JSON file");
+  app.add_option("--seq-len", f.seq_len, "sequence length s in tokens")->check(CLI::PositiveNumber);
+  app.add_option("--device", f.device,
+                 "device profile: h20, a800, h100, h200, cpu, or a JSON file (docs/formats/sim.md)");
+  app.add_option("--microbatch-size", f.microbatch_size, "sequences per micro-batch b (default 1)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--recompute", f.recompute,
+                 "recomputation: none, full, no-attn (default: the schedule's own: helix no-attn, "
+                 "others none)")
+      ->check(CLI::IsMember({"none", "full", "no-attn"}));
+  app.add_option("--transfer", f.transfer, "helix W_qkv transfer mode: weights or activations")
+      ->check(CLI::IsMember({"weights", "activations"}));
+  app.add_flag("--eager", f.eager, "messages leave at the send (default: when both sides posted)");
+}
+
+void add_format_flag(CLI::App& app, std::string& format) {
+  app.add_option("--format", format, "output: text or json")->check(CLI::IsMember({"text", "json"}));
+}
+
+std::optional<int> parse_or_exit(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  return std::nullopt;
+}
+
+CostSetup build_cost(const CostFlags& f) {
+  CostSetup c;
+  if (!f.recompute.empty()) c.recompute = parse_recompute(f.recompute);
+  c.transfer = parse_transfer(f.transfer);
+  c.rendezvous = !f.eager;
+  const bool have_costs = !f.part_costs.empty(), have_device = !f.device.empty();
+  if (have_costs && have_device)
+    fail("give either --part-costs or --device, not both (a part-cost file already holds the "
+         "times a device profile would give)");
+  if (!have_costs && !have_device)
+    fail("no cost source: give --part-costs=FILE.json, or --model=CONFIG --seq-len=S "
+         "--device=PROFILE");
+  if (!f.model.empty()) {
+    c.model = ModelConfig::load(f.model);
+    HP_CHECK(f.seq_len > 0, "--model needs --seq-len=S (tokens per sequence) to size activations");
+    c.tokens_per_mb = f.seq_len * f.microbatch_size;
+  } else {
+    HP_CHECK(f.seq_len == 0, "--seq-len needs --model=CONFIG (the dimensions it multiplies)");
+  }
+  if (have_device) {
+    HP_CHECK(c.model.has_value(), "--device needs --model=CONFIG and --seq-len=S");
+    c.device = device_profile(f.device);
+    c.cost = CostModel::from_model(*c.model, f.seq_len, f.microbatch_size, *c.device, c.transfer);
+    c.bytes_per_elem = c.device->bytes_per_elem();
+  } else {
+    nlohmann::json j;
+    std::string text = read_file(f.part_costs);
+    try {
+      j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      fail("--part-costs '{}': not valid JSON ({})", f.part_costs, e.what());
+    }
+    c.cost = CostModel::from_part_costs(j, f.part_costs);
+    if (c.tokens_per_mb > 0) c.cost.set_tokens_per_microbatch(c.tokens_per_mb);
+  }
+  return c;
+}
+
+int resolve_layers(const ShapeFlags& f, const CostSetup& c) {
+  if (c.model) {
+    HP_CHECK(f.layers == 0 || f.layers == c.model->layers,
+             "--layers={} differs from the model's {} layers; leave --layers out (it defaults to "
+             "the model's) or use a model config with {} layers",
+             f.layers, c.model->layers, f.layers);
+    return static_cast<int>(c.model->layers);
+  }
+  HP_CHECK(f.layers > 0, "--layers=L is needed with --part-costs (there is no model to take it from)");
+  return f.layers;
+}
+
+SimRun run_one(const ScheduleSpec& spec_in, const CostSetup& c, bool record_timeline) {
+  SimRun run;
+  run.spec = spec_in;
+  if (c.recompute) run.spec.recompute = c.recompute;
+  run.spec.transfer = c.transfer;
+  run.schedule = generate(run.spec);
+  const ModelConfig* cfg = c.model ? &*c.model : nullptr;
+  if (run.schedule.num_stages > 1) lower(run.schedule, cfg, cfg ? c.tokens_per_mb : 0);
+  SimOptions opt;
+  opt.rendezvous = c.rendezvous;
+  opt.message_bytes_scale = c.bytes_per_elem / 4.0;  // lower() sizes fp32 values
+  opt.record_timeline = record_timeline;
+  opt.model = cfg;
+  opt.tokens_per_microbatch = c.tokens_per_mb;
+  run.result = simulate(run.schedule, c.cost, opt);
+  if (cfg) {
+    auto peaks = stash_peaks(run.schedule, *cfg, c.tokens_per_mb, c.bytes_per_elem);
+    for (size_t r = 0; r < peaks.size(); ++r) run.result.stages[r].peak_activation_bytes = peaks[r];
+  }
+  return run;
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(b) >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.2f} {}", b, units[u]);
+}
+
+std::string human_seconds(double s) {
+  if (s >= 1) return fmt::format("{:.3f} s", s);
+  if (s >= 1e-3) return fmt::format("{:.3f} ms", s * 1e3);
+  return fmt::format("{:.1f} us", s * 1e6);
+}
+
+void write_timelines(const SimResult& r, const std::string& svg_path, const std::string& trace_path) {
+  if (!svg_path.empty()) write_file_atomic(svg_path, render_svg(r.timeline));
+  if (!trace_path.empty()) write_file_atomic(trace_path, render_chrome_trace(r.timeline));
+}
+
+}  // namespace hp::cli

@@ -1,0 +1,22 @@
+// Memory figures of a schedule: the peak activation stash of each stage, from the value table
+// (schedule/values.h), replayed op by op in each stage's program order.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "schedule/ir.h"
+#include "util/model_config.h"
+
+namespace hp {
+
+// Peak stashed activation bytes of each stage of a (lowered or compute-only) schedule. Each stage
+// keeps a set of (value, micro-batch): an F op adds its parts' forward_stash (the first part of an
+// op keeps its inputs under full/no-attn), a B op frees it, an I op frees it and adds the part's
+// weight_stash, which the W op frees. A value two parts hold is counted once. Whether attention is
+// remote and whether a part feeds the next one in its op come from ScheduleIndex::context. The peak
+// is taken after each op, at `bytes_per_elem` bytes per element for micro-batches of `tokens`.
+std::vector<int64_t> stash_peaks(const Schedule& s, const ModelConfig& cfg, int64_t tokens,
+                                 int bytes_per_elem);
+
+}  // namespace hp

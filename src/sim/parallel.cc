@@ -1,0 +1,164 @@
+// TP x PP x DP costs, memory per GPU and the evaluation of one configuration (see parallel.h).
+#include "sim/parallel.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "schedule/lower.h"
+#include "sim/memory.h"
+#include "util/error.h"
+
+namespace hp {
+
+std::string Layout::str() const { return fmt::format("TP{} x PP{} x DP{}", tp, pp, dp); }
+
+std::string PlanCase::label() const {
+  std::string s = schedule;
+  if (schedule == "helix") s += fmt::format(" F={}", folds);
+  if (schedule == "interleaved") s += fmt::format(" V={}", virtual_stages);
+  s += std::string(" ") + recompute_str(recompute);
+  if (schedule == "helix") s += std::string(" ") + transfer_str(transfer);
+  if (mlp_chunk > 0) s += fmt::format(" mlp-chunk={}", mlp_chunk);
+  if (rounds > 1) s += fmt::format(" x{} calls", rounds);
+  return s;
+}
+
+double tp_collective_time(double bytes, int t, const LinkProfile& link) {
+  if (t <= 1) return 0;
+  double per = link.bandwidth_Bps > 0 ? bytes * (t - 1) / t / link.bandwidth_Bps : 0;
+  return per + (t - 1) * link.latency_s;
+}
+
+double dp_allreduce_time(double bytes, int d, const LinkProfile& link) {
+  if (d <= 1) return 0;
+  double per = link.bandwidth_Bps > 0 ? 2 * bytes * (d - 1) / d / link.bandwidth_Bps : 0;
+  return per + 2 * (d - 1) * link.latency_s;
+}
+
+CostModel parallel_costs(const ModelConfig& cfg, int64_t seq_len, int64_t microbatch_size,
+                         const DeviceProfile& dev, TransferMode transfer, const Layout& layout) {
+  HP_CHECK(layout.tp >= 1 && layout.pp >= 1 && layout.dp >= 1, "layout {}: every degree must be >= 1",
+           layout.str());
+  HP_CHECK(layout.tp <= dev.gpus_per_node,
+           "layout {}: tensor parallelism of {} does not fit in a node of {} GPUs ({}); use TP <= {}",
+           layout.str(), layout.tp, dev.gpus_per_node, dev.name, dev.gpus_per_node);
+  CostModel c = CostModel::from_model(cfg, seq_len, microbatch_size, dev, transfer);
+  const int t = layout.tp;
+  if (t > 1) {
+    const double act_bytes =
+        static_cast<double>(seq_len * microbatch_size * cfg.hidden) * dev.bytes_per_elem();
+    const double coll = tp_collective_time(act_bytes, t, dev.intra);
+    // Collectives per (part, F/I/W); see parallel.h.
+    const int counts[5][3] = {{0, 0, 0}, {0, 0, 0}, {1, 1, 1}, {3, 3, 1}, {1, 1, 0}};
+    for (PartKind k : {PartKind::kEmbed, PartKind::kPre, PartKind::kAttn, PartKind::kPost,
+                       PartKind::kHead}) {
+      const Dir dirs[3] = {Dir::kF, Dir::kI, Dir::kW};
+      for (int d = 0; d < 3; ++d)
+        c.set_part_time(k, dirs[d], c.part_time(k, dirs[d]) / t + counts[static_cast<int>(k)][d] * coll);
+    }
+    c.set_attn_recompute_time(c.attn_recompute_time() / t + coll);
+    c.scale_flops(1.0 / t);
+  }
+  const int group = layout.tp * layout.dp;
+  c.set_links(dev.intra, dev.inter, std::max(1, dev.gpus_per_node / group));
+  return c;
+}
+
+std::vector<Layout> layouts(int gpus, int layers, int gpus_per_node, int min_pp) {
+  std::vector<Layout> out;
+  for (int t = 1; t <= gpus_per_node && t <= gpus; t *= 2) {
+    if (gpus % t) continue;
+    for (int p = std::max(1, min_pp); p <= gpus / t; ++p) {
+      if ((gpus / t) % p || layers % p) continue;
+      out.push_back({t, p, gpus / t / p});
+    }
+  }
+  return out;
+}
+
+int64_t max_stage_params(const ModelConfig& cfg, const std::string& schedule, int pp) {
+  const int64_t per_layer = cfg.params_per_layer();
+  const int64_t layers = (cfg.layers + pp - 1) / pp;
+  const int64_t embed = cfg.vocab * cfg.hidden;
+  const int64_t head = cfg.hidden + (cfg.tie_embeddings ? 0 : embed);
+  if (pp == 1 || schedule == "helix") return layers * per_layer + embed + head;
+  return layers * per_layer + std::max(embed, head);
+}
+
+PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg, int64_t seq_len,
+                    const DeviceProfile& dev, double memory_bytes, bool simulate_all) {
+  PlanResult r;
+  r.c = pc;
+  const Layout& lay = pc.layout;
+  const int t = lay.tp, d = lay.dp;
+  ScheduleSpec spec;
+  spec.name = pc.schedule;
+  spec.stages = lay.pp;
+  spec.microbatches = pc.microbatches;
+  spec.layers = static_cast<int>(cfg.layers);
+  spec.folds = pc.folds;
+  spec.virtual_stages = pc.virtual_stages;
+  spec.recompute = pc.recompute;
+  spec.transfer = pc.transfer;
+  Schedule s;
+  try {
+    s = generate(spec);
+  } catch (const Error& e) {
+    r.error = e.what();
+    return r;
+  }
+  const int e = dev.bytes_per_elem();
+  const int64_t tokens = seq_len;  // micro-batch size 1
+  auto peaks = stash_peaks(s, cfg, tokens, e);
+  const double stash = static_cast<double>(*std::max_element(peaks.begin(), peaks.end()));
+  const double params = static_cast<double>(max_stage_params(cfg, pc.schedule, lay.pp)) / t;
+  r.memory.model_states = params * (2 + 4 + 12.0 / d);
+  r.memory.activations = stash / t;
+  const double h = static_cast<double>(cfg.hidden), q = static_cast<double>(cfg.qkv_dim());
+  const double f = static_cast<double>(cfg.intermediate), T = static_cast<double>(tokens);
+  const double f_share = pc.mlp_chunk > 0 ? std::min(1.0, static_cast<double>(pc.mlp_chunk) / T) : 1.0;
+  r.memory.working = T * (7 * h + q + 4 * f * f_share + 2 + static_cast<double>(cfg.heads)) * e / t;
+  r.fits = r.memory.total() <= memory_bytes;
+  if (!r.fits && !simulate_all) return r;
+
+  CostModel cost = parallel_costs(cfg, seq_len, 1, dev, pc.transfer, lay);
+  lower(s, &cfg, tokens);
+  SimOptions opt;
+  opt.record_timeline = false;
+  opt.message_bytes_scale = e / 4.0 / t;
+  opt.tokens_per_microbatch = tokens;
+  SimResult sim = simulate(s, cost, opt);
+  const LinkProfile& dp_link = t * d <= dev.gpus_per_node ? dev.intra : dev.inter;
+  r.makespan = sim.makespan;
+  r.allreduce = dp_allreduce_time(params * 2, d, dp_link);
+  r.iteration = pc.rounds * r.makespan + r.allreduce;
+  r.bubble_fraction = pc.rounds * sim.bubble / r.iteration;
+  double wait = 0;
+  for (const auto& st : sim.stages) wait = std::max(wait, st.wait);
+  r.comm_exposed = pc.rounds * wait / r.iteration;
+  r.tokens_per_s = static_cast<double>(tokens) * pc.microbatches * pc.rounds * d / r.iteration;
+  r.mfu = sim.mfu * pc.rounds * sim.makespan / r.iteration;
+  return r;
+}
+
+PlanResult evaluate_fitting(PlanCase c, const ModelConfig& cfg, int64_t seq_len,
+                            const DeviceProfile& dev, double memory_bytes) {
+  const int total = c.microbatches * c.rounds;
+  const bool filo = c.schedule == "helix" || c.schedule == "gpipe";
+  PlanResult last;
+  for (int rounds = 1; rounds <= total; rounds *= 2) {
+    if (total % rounds || (rounds > 1 && !filo)) break;
+    c.rounds = rounds;
+    c.microbatches = total / rounds;
+    for (int64_t chunk : {int64_t{0}, int64_t{8192}}) {
+      if (chunk > 0 && seq_len <= chunk) continue;
+      c.mlp_chunk = chunk;
+      last = evaluate(c, cfg, seq_len, dev, memory_bytes);
+      if (last.fits || !last.error.empty()) return last;
+    }
+  }
+  return last;
+}
+
+}  // namespace hp

@@ -1,0 +1,110 @@
+// Tensor, pipeline and data parallelism together, for the sweep and the planner (issue 5).
+//
+// A layout is TP x PP x DP = t x p x d GPUs, ranks ordered as Megatron-LM does (TP innermost, then
+// DP, then PP), so a TP group always sits inside one node. The model of each:
+//  - TP with sequence parallelism: every part's compute and FLOPs are divided by t, activations
+//    (stash and messages) too; each layer adds the SP collectives on the intra-node link, a ring
+//    all-gather or reduce-scatter of the T x h activation each costing
+//    (t-1)/t * T*h*bytes / bandwidth + (t-1) * latency:
+//      attn F 1 (gather A before QKV), post F 3 (scatter after W_o, gather before the MLP,
+//      scatter after W_down); the same counts in I (transposed collectives); W re-gathers its
+//      input, 1 for attn and 1 for post; head F and I 1 each (gather before the LM head); attention's
+//      own QKV recompute under no-attn 1.
+//  - PP: the schedule, simulated as usual, with message bytes / t (each TP rank sends its shard over
+//    its own link at the same time) and the stages of a node = gpus_per_node / (t*d).
+//  - DP: the gradient all-reduce of each GPU's parameters (bf16, ring: 2 (d-1)/d * bytes / bw), after
+//    the pipeline flush and not overlapped with it (an upper bound; Megatron overlaps part of it).
+//    Intra-node when t*d <= gpus_per_node, else inter-node.
+// Memory per GPU = weights, gradients and optimizer state of the busiest stage's parameters / t
+// (bf16 weight 2 B + fp32 gradient 4 B + fp32 master, Adam m and v 12 B sharded over d: Megatron's
+// distributed optimizer) + the stage's peak activation stash / t + the working memory of one layer's
+// backward (its recomputed activations and gradients / t; with a chunked MLP the T x ffn
+// temporaries shrink to chunk x ffn).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "schedule/generate.h"
+#include "schedule/ir.h"
+#include "sim/cost_model.h"
+#include "sim/device.h"
+#include "sim/simulator.h"
+#include "util/model_config.h"
+
+namespace hp {
+
+struct Layout {
+  int tp = 1, pp = 1, dp = 1;
+  int gpus() const { return tp * pp * dp; }
+  std::string str() const;  // "TP2 x PP8 x DP4"
+};
+
+// Seconds of one ring all-gather or reduce-scatter of `bytes` (the full, gathered size) over t.
+double tp_collective_time(double bytes, int t, const LinkProfile& link);
+// Seconds of one ring all-reduce of `bytes` over d.
+double dp_allreduce_time(double bytes, int d, const LinkProfile& link);
+
+// The cost model of one pipeline stage's TP group: from_model() divided by t plus the collectives
+// above; stages_per_node = gpus_per_node / (t*d) (at least 1).
+CostModel parallel_costs(const ModelConfig& cfg, int64_t seq_len, int64_t microbatch_size,
+                         const DeviceProfile& dev, TransferMode transfer, const Layout& layout);
+
+// One configuration to evaluate.
+struct PlanCase {
+  std::string schedule;  // gpipe, 1f1b, interleaved, zb1p, helix
+  int folds = 1;
+  int virtual_stages = 1;
+  Recompute recompute = Recompute::kNone;
+  TransferMode transfer = TransferMode::kWeights;
+  Layout layout;
+  int microbatches = 1;      // per pipeline
+  int64_t mlp_chunk = 0;     // tokens per MLP chunk; 0 = not chunked
+  // Pipeline calls per iteration, each running `microbatches` and flushing (gradient accumulation
+  // across calls): FILO schedules keep every micro-batch of a call, so memory falls with it.
+  int rounds = 1;
+  std::string label() const; // "helix F=2 no-attn weights"
+};
+
+struct GpuMemory {
+  double model_states = 0;  // weights + gradients + optimizer
+  double activations = 0;   // peak stash of the busiest stage / t
+  double working = 0;       // one layer's backward
+  double total() const { return model_states + activations + working; }
+};
+
+struct PlanResult {
+  PlanCase c;
+  bool fits = false;
+  GpuMemory memory;
+  double makespan = 0;       // one pipeline call (rounds of them per iteration)
+  double allreduce = 0;      // DP gradient all-reduce
+  double iteration = 0;      // rounds * makespan + allreduce
+  double bubble_fraction = 0;
+  double comm_exposed = 0;   // largest per-stage communication wait / iteration
+  double tokens_per_s = 0;   // whole cluster
+  double mfu = 0;
+  std::string error;         // the schedule cannot run this shape (then fits = false)
+};
+
+// Memory first (cheap: generate + stash); simulates only when it fits within `memory_bytes` (or
+// always when `simulate_all`).
+PlanResult evaluate(const PlanCase& c, const ModelConfig& cfg, int64_t seq_len,
+                    const DeviceProfile& dev, double memory_bytes, bool simulate_all = false);
+
+// The cheapest way to make `c` fit, trying in order: as given; with an MLP chunked at 8192 tokens
+// (when s is longer); then, for schedules whose memory grows with m (helix, gpipe), 2, 4, ... pipeline
+// calls of microbatches / rounds each. Returns the first result that fits, else the last tried.
+PlanResult evaluate_fitting(PlanCase c, const ModelConfig& cfg, int64_t seq_len,
+                            const DeviceProfile& dev, double memory_bytes);
+
+// Every TP x PP x DP layout of `gpus` GPUs with TP a power of two <= gpus_per_node, PP >= min_pp
+// dividing the layer count, DP the rest.
+std::vector<Layout> layouts(int gpus, int layers, int gpus_per_node, int min_pp = 2);
+
+// Parameters (elements) of the stage holding the most under `schedule` (helix: stage 0 holds the
+// embedding and the head; others: the first holds the embedding, the last the head).
+int64_t max_stage_params(const ModelConfig& cfg, const std::string& schedule, int pp);
+
+}  // namespace hp

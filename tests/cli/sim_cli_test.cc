@@ -1,0 +1,211 @@
+// The simulate and compare commands, run as a user runs them: the built helixpipe binary, its exit
+// code, its text/JSON output and the files it writes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct Ran {
+  int rc = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Ran helixpipe(const std::string& args) {
+  std::string cmd = std::string(HP_BINARY_DIR) + "/helixpipe " + args + " 2>&1";
+  Ran r;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.out.append(buf, n);
+  int st = pclose(f);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// stdout only (JSON commands), with the exit code.
+nlohmann::json helixpipe_json(const std::string& args, int* rc) {
+  std::string cmd = std::string(HP_BINARY_DIR) + "/helixpipe " + args;
+  FILE* f = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  int st = pclose(f);
+  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return nlohmann::json::parse(out);
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("hp_sim_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string file(const std::string& name, const std::string& content = "") const {
+    std::string p = (path_ / name).string();
+    if (!content.empty()) std::ofstream(p) << content;
+    return p;
+  }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path path_;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Uniform layers (pre, attn, post each F=1, I=1.5, W=0.5), free links.
+const char* kUniform =
+    R"({"pre":{"F":1,"I":1.5,"W":0.5},"attn":{"F":1,"I":1.5,"W":0.5},)"
+    R"("post":{"F":1,"I":1.5,"W":0.5},"link":{"latency_s":0,"bandwidth_Bps":0}})";
+
+TEST(SimulateCli, PartCostsJsonMatchesTheClosedForm) {
+  TempDir d;
+  std::string costs = d.file("costs.json", kUniform);
+  for (int m : {1, 4, 8}) {
+    int rc = 0;
+    auto j = helixpipe_json("simulate --schedule=1f1b --stages=4 --microbatches=" + std::to_string(m) +
+                                " --layers=8 --part-costs=" + costs + " --format=json",
+                            &rc);
+    ASSERT_EQ(rc, 0);
+    const double op = 2 * 3 * 3.0;  // two layers per stage, F + B = 3 per part, 3 parts
+    EXPECT_NEAR(j["makespan"].get<double>(), (m + 3) * op, 1e-9);
+    EXPECT_NEAR(j["bubble"].get<double>(), 3 * op, 1e-9);
+    ASSERT_EQ(j["stages"].size(), 4u);
+    for (const auto& st : j["stages"]) {
+      EXPECT_NEAR(st["busy"].get<double>(), m * op, 1e-9);
+      EXPECT_TRUE(st.contains("peak_activation_bytes"));
+    }
+    EXPECT_EQ(j["schedule"], "1f1b");
+    EXPECT_TRUE(j.contains("tokens_per_s"));
+  }
+}
+
+TEST(SimulateCli, ModelAndDeviceGiveThroughputMemoryAndTimelines) {
+  TempDir d;
+  std::string svg = d.file("t.svg"), trace = d.file("t.json");
+  int rc = 0;
+  auto j = helixpipe_json(
+      "simulate --schedule=helix --stages=4 --microbatches=8 --folds=2 --model=1.3b "
+      "--seq-len=32768 --device=h20 --format=json --timeline=" + svg + " --trace=" + trace,
+      &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(j["mfu"].get<double>(), 0);
+  EXPECT_LT(j["mfu"].get<double>(), 1);
+  EXPECT_EQ(j["recompute"], "no-attn");
+  int64_t first = j["stages"][0]["peak_activation_bytes"];
+  EXPECT_GT(first, 0);
+  for (const auto& st : j["stages"]) EXPECT_EQ(st["peak_activation_bytes"].get<int64_t>(), first);
+  std::string s = slurp(svg);
+  EXPECT_NE(s.find("<svg"), std::string::npos);
+  EXPECT_NE(s.find("</svg>"), std::string::npos);
+  auto t = nlohmann::json::parse(slurp(trace));
+  EXPECT_GT(t["traceEvents"].size(), 100u);
+}
+
+TEST(SimulateCli, TextOutputNamesTheFigures) {
+  Ran r = helixpipe("simulate --schedule=zb1p --stages=2 --microbatches=4 --model=tiny "
+                    "--seq-len=1024 --device=cpu");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const char* w : {"makespan", "bubble", "throughput", "peak stash", "s0->s1"})
+    EXPECT_NE(r.out.find(w), std::string::npos) << w << "\n" << r.out;
+}
+
+TEST(CompareCli, EverySchedulesSideBySide) {
+  int rc = 0;
+  auto j = helixpipe_json("compare --model=1.3b --seq-len=65536 --stages=4 --microbatches=8 "
+                          "--device=h20 --format=json",
+                          &rc);
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(j["results"].size(), 6u);
+  double one_f_one_b = 0, helix = 0;
+  for (const auto& r : j["results"]) {
+    ASSERT_FALSE(r.contains("error")) << r.dump();
+    if (r["label"] == "1f1b") one_f_one_b = r["tokens_per_s"];
+    if (r["label"] == "helix F=1") helix = r["tokens_per_s"];
+  }
+  // Attention dominates at 64k with h=2048: HelixPipe's bubble has no attention in it.
+  EXPECT_GT(helix, one_f_one_b);
+  Ran text = helixpipe("compare --model=1.3b --seq-len=65536 --stages=3 --microbatches=8 --device=h20");
+  ASSERT_EQ(text.rc, 0) << text.out;
+  // 24 layers on 3 stages is fine for helix; interleaved V=2 needs m % p == 0.
+  EXPECT_NE(text.out.find("interleaved V=2  n/a"), std::string::npos) << text.out;
+}
+
+TEST(SimulateCli, BadInputSaysWhatIsWrong) {
+  TempDir d;
+  std::string costs = d.file("costs.json", kUniform);
+  std::string broken = d.file("broken.json", "{\"attn\": {\"F\": -1}}");
+  std::string notjson = d.file("notjson.json", "attn F 1");
+  struct Case {
+    std::string args, expect;
+    int rc;
+  };
+  const Case cases[] = {
+      {"simulate --schedule=zigzag --stages=2 --microbatches=2 --layers=2 --part-costs=" + costs,
+       "gpipe,1f1b,interleaved,zb1p,helix", 2},
+      {"simulate --schedule=1f1b --stages=2 --microbatches=2 --layers=2", "no cost source", 1},
+      {"simulate --schedule=1f1b --stages=2 --microbatches=2 --layers=2 --part-costs=" + costs +
+           " --device=h20",
+       "not both", 1},
+      {"simulate --schedule=1f1b --stages=2 --microbatches=2 --layers=2 --part-costs=/nonexistent.json",
+       "/nonexistent.json", 1},
+      {"simulate --schedule=1f1b --stages=2 --microbatches=2 --layers=2 --part-costs=" + notjson,
+       "not valid JSON", 1},
+      {"simulate --schedule=1f1b --stages=2 --microbatches=2 --layers=2 --part-costs=" + broken,
+       "attn.F: expected a number >= 0", 1},
+      {"simulate --schedule=1f1b --stages=2 --microbatches=2 --part-costs=" + costs, "--layers=L", 1},
+      {"simulate --schedule=1f1b --stages=2 --microbatches=2 --model=7b --seq-len=4096 --device=h20 "
+       "--layers=4",
+       "differs from the model's 32 layers", 1},
+      {"simulate --schedule=1f1b --stages=2 --microbatches=2 --model=7b --device=h20", "--seq-len", 1},
+      {"simulate --schedule=1f1b --stages=2 --microbatches=2 --model=7b --seq-len=64 --device=tpu",
+       "valid names are", 1},
+      {"simulate --schedule=1f1b --stages=2 --microbatches=2 --model=nosuch --seq-len=64 --device=h20",
+       "no such preset", 1},
+      {"simulate --schedule=1f1b --stages=0 --microbatches=2 --layers=2 --part-costs=" + costs,
+       "--stages", 2},
+      {"simulate --schedule=1f1b --stages=2 --microbatches=2 --layers=2 --format=xml --part-costs=" + costs,
+       "--format", 2},
+      {"simulate --schedule=1f1b --stages=2 --microbatches=2 --layers=2 --recompute=some --part-costs=" +
+           costs,
+       "none,full,no-attn", 2},
+      {"simulate --schedule=helix --stages=3 --microbatches=3 --layers=4 --part-costs=" + costs,
+       "nearest valid --layers", 1},
+      {"simulate --schedule=1f1b --stages=2 --microbatches=2 --frobnicate", "--frobnicate", 2},
+      {"compare --model=7b --seq-len=4096 --stages=2 --microbatches=2 --device=h20 --folds=2",
+       "leave out --folds", 1},
+  };
+  for (const Case& c : cases) {
+    Ran r = helixpipe(c.args);
+    EXPECT_EQ(r.rc, c.rc) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << "\n" << r.out;
+  }
+}
+
+TEST(SimulateCli, HelpHasExamples) {
+  for (const char* cmd : {"simulate", "compare"}) {
+    Ran r = helixpipe(std::string(cmd) + " --help");
+    EXPECT_EQ(r.rc, 0);
+    EXPECT_NE(r.out.find("examples:"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--device"), std::string::npos);
+  }
+}
+
+}  // namespace

@@ -1,0 +1,184 @@
+// The simulator against closed forms (HELIXPIPE.md section 8): 1F1B/GPipe bubble fraction
+// (p-1)/(m+p-1) with uniform costs and free links; HelixPipe F=1 bubble exactly (p-1)(t_X^F+t_X^B)
+// for any attention cost; F=2 inside [(2p-3), 2(p-1)] (t_X^F+t_X^B); and the per-stage activation
+// stash of 1F1B and HelixPipe against their formulas, written out here from the value shapes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "schedule/generate.h"
+#include "schedule/lower.h"
+#include "sim/memory.h"
+#include "sim/simulator.h"
+
+namespace hp {
+namespace {
+
+// Free links; costs only where given.
+CostModel free_links() {
+  CostModel c;
+  c.set_links({0, 0}, {0, 0}, 1 << 20);
+  return c;
+}
+
+SimResult run(const ScheduleSpec& spec, const CostModel& c) {
+  Schedule s = generate(spec);
+  lower(s);
+  SimOptions o;
+  o.record_timeline = false;
+  return simulate(s, c, o);
+}
+
+ScheduleSpec spec(const char* name, int p, int m, int L, int F = 1) {
+  ScheduleSpec s;
+  s.name = name;
+  s.stages = p;
+  s.microbatches = m;
+  s.layers = L;
+  s.folds = F;
+  return s;
+}
+
+TEST(ClosedForm, OneFOneBAndGPipeBubbleFraction) {
+  // Uniform layers: every part costs something, so a stage's op costs (L/p) layers' worth.
+  CostModel c = free_links();
+  for (PartKind k : {PartKind::kPre, PartKind::kAttn, PartKind::kPost}) {
+    c.set_part_time(k, Dir::kF, 1.0);
+    c.set_part_time(k, Dir::kI, 1.5);
+    c.set_part_time(k, Dir::kW, 0.5);
+  }
+  int checked = 0;
+  for (const char* name : {"1f1b", "gpipe"}) {
+    for (int p : {1, 2, 3, 4, 8}) {
+      for (int m : {1, 2, 4, 7, 16}) {
+        for (int per : {1, 2}) {
+          const int L = p * per;
+          SimResult r = run(spec(name, p, m, L), c);
+          const double op = per * 3 * (1.0 + 2.0);  // one F + one B of a stage's layers
+          SCOPED_TRACE(testing::Message() << name << " p=" << p << " m=" << m << " L=" << L);
+          EXPECT_NEAR(r.makespan, (m + p - 1) * op, 1e-9);
+          EXPECT_NEAR(r.bubble_fraction, double(p - 1) / (m + p - 1), 1e-12);
+          for (const auto& st : r.stages) EXPECT_NEAR(st.busy, m * op, 1e-9);
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 100);
+}
+
+// HelixPipe with free communication, E costing nothing and the tail costing one chunk: all the
+// non-attention time sits in post (pre, embed and head cost 0), so a chunk P_c = post + pre and the
+// tail T = post + head both cost t_X.
+CostModel helix_costs(double tA) {
+  CostModel c = free_links();
+  c.set_part_time(PartKind::kPost, Dir::kF, 1.0);
+  c.set_part_time(PartKind::kPost, Dir::kI, 1.25);
+  c.set_part_time(PartKind::kPost, Dir::kW, 0.75);
+  c.set_part_time(PartKind::kAttn, Dir::kF, tA);
+  c.set_part_time(PartKind::kAttn, Dir::kI, 2.5 * tA);
+  c.set_part_time(PartKind::kAttn, Dir::kW, 0.1 * tA);
+  c.set_attn_recompute_time(0.2 * tA);
+  return c;
+}
+
+struct HelixCase {
+  int p, m, L;
+};
+const HelixCase kHelixCases[] = {{2, 2, 2}, {2, 6, 4},  {3, 3, 3},  {3, 6, 6},
+                                 {4, 4, 4}, {4, 8, 8},  {4, 12, 4}, {8, 8, 8}};
+
+TEST(ClosedForm, HelixOneFoldBubbleIsExactlyPMinusOneChunksForAnyAttentionCost) {
+  for (Recompute policy : {Recompute::kNone, Recompute::kNoAttn}) {
+    // t_X^B includes the chunk's forward recompute under no-attn.
+    const double tXF = 1.0, tXB = 2.0 + (policy == Recompute::kNoAttn ? 1.0 : 0.0);
+    for (const HelixCase& hc : kHelixCases) {
+      for (double tA : {0.0, 0.3, 1.0, 4.0, 25.0}) {
+        ScheduleSpec sp = spec("helix", hc.p, hc.m, hc.L, 1);
+        sp.recompute = policy;
+        SimResult r = run(sp, helix_costs(tA));
+        SCOPED_TRACE(testing::Message() << "p=" << hc.p << " m=" << hc.m << " L=" << hc.L
+                                        << " tA=" << tA << " " << recompute_str(policy));
+        EXPECT_NEAR(r.bubble, (hc.p - 1) * (tXF + tXB), 1e-9);
+        // Every stage does the same work: one attention and one chunk per micro-batch per loop.
+        for (const auto& st : r.stages) EXPECT_NEAR(st.busy, r.stages[0].busy, 1e-9);
+      }
+    }
+  }
+}
+
+TEST(ClosedForm, HelixTwoFoldBubbleWithinBounds) {
+  const double tX = 1.0 + 3.0;  // no-attn: backward = I + W + recomputed forward
+  for (const HelixCase& hc : kHelixCases) {
+    const int m = 2 * hc.m;  // a multiple of p*F
+    for (double tA : {0.0, 0.5, 2.0, 10.0}) {
+      SimResult r = run(spec("helix", hc.p, m, hc.L, 2), helix_costs(tA));
+      SCOPED_TRACE(testing::Message() << "p=" << hc.p << " m=" << m << " L=" << hc.L << " tA=" << tA);
+      EXPECT_GE(r.bubble, (2 * hc.p - 3) * tX - 1e-9);
+      EXPECT_LE(r.bubble, 2 * (hc.p - 1) * tX + 1e-9);
+    }
+  }
+}
+
+// The bubble of 1F1B grows with the attention cost; HelixPipe's does not.
+TEST(ClosedForm, AttentionCostEntersOneFOneBBubbleButNotHelix) {
+  SimResult h1 = run(spec("helix", 4, 8, 8), helix_costs(0.5));
+  SimResult h2 = run(spec("helix", 4, 8, 8), helix_costs(8.0));
+  EXPECT_NEAR(h1.bubble, h2.bubble, 1e-9);
+  SimResult o1 = run(spec("1f1b", 4, 8, 8), helix_costs(0.5));
+  SimResult o2 = run(spec("1f1b", 4, 8, 8), helix_costs(8.0));
+  EXPECT_GT(o2.bubble, 4 * o1.bubble);
+}
+
+ModelConfig small_gqa() {
+  ModelConfig c;
+  c.hidden = 64;
+  c.intermediate = 160;
+  c.heads = 4;
+  c.kv_heads = 2;  // q = 64 + 2*32 = 128
+  c.layers = 8;
+  c.vocab = 96;
+  return c;
+}
+
+TEST(ClosedForm, OneFOneBStashPerStage) {
+  const ModelConfig cfg = small_gqa();
+  const int64_t T = 100, h = cfg.hidden, f = cfg.intermediate, q = cfg.qkv_dim(), H = cfg.heads;
+  // recompute none, one layer: pre X rstd1; attn A QKVr O lse; post (O) Y rstd2 Z G U.
+  const int64_t M = 5 * T * h + T * q + 2 * T * f + 2 * T + H * T;
+  const int64_t head = T * h + 2 * T;  // X:L+1, rstdf, lsece on the last stage
+  for (int p : {1, 2, 4, 8}) {
+    for (int m : {1, 3, 8, 12}) {
+      Schedule s = generate(spec("1f1b", p, m, 8));
+      auto peaks = stash_peaks(s, cfg, T, 4);
+      for (int i = 0; i < p; ++i) {
+        int64_t want = std::min(m, p - i) * (8 / p) * M + (i == p - 1 ? head : 0);
+        EXPECT_EQ(peaks[i], 4 * want) << "p=" << p << " m=" << m << " stage " << i;
+      }
+    }
+  }
+}
+
+TEST(ClosedForm, HelixStashIsBalancedAndMatchesTheFormula) {
+  const ModelConfig cfg = small_gqa();
+  const int64_t T = 100, h = cfg.hidden, q = cfg.qkv_dim(), H = cfg.heads;
+  for (int p : {2, 4, 8}) {
+    for (int F : {1, 2}) {
+      for (int groups : {1, 2}) {
+        const int m = p * F * groups, L = 8, V = L / p;
+        Schedule s = generate(spec("helix", p, m, L, F));
+        auto peaks = stash_peaks(s, cfg, T, 2);
+        // Per layer and micro-batch: A + O + lse at the attention stage, X + O at the post stage
+        // (O once when they coincide, d = 0: 1 in p), W_qkv when attention is away from pre (d !=
+        // p-1): m V ((4 - 1/p) T h + heads T + (p-1)/p q h).
+        const int64_t want = m * V * (4 * T * h + H * T) - (m / p) * V * T * h +
+                             (m / p) * (p - 1) * V * q * h;
+        for (int r = 0; r < p; ++r)
+          EXPECT_EQ(peaks[r], 2 * want) << "p=" << p << " F=" << F << " m=" << m << " stage " << r;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hp
