@@ -1,0 +1,188 @@
+// Parameter layout (Hugging Face names), per-name seeded initialization, slot lookup.
+#include "model/params.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+#include "util/rng.h"
+
+namespace hp {
+
+namespace {
+
+constexpr int kSlots = 10;
+
+// FNV-1a: a stable hash of the tensor name, mixed into the seed so every tensor has its own stream.
+uint64_t name_hash(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : s) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+const char* slot_name(Slot s) {
+  switch (s) {
+    case Slot::kEmbed: return "embed";
+    case Slot::kNorm1: return "norm1";
+    case Slot::kWqkv: return "W_qkv";
+    case Slot::kWo: return "W_o";
+    case Slot::kNorm2: return "norm2";
+    case Slot::kGate: return "gate";
+    case Slot::kUp: return "up";
+    case Slot::kDown: return "down";
+    case Slot::kFinalNorm: return "final norm";
+    case Slot::kLmHead: return "lm_head";
+  }
+  return "?";
+}
+
+}  // namespace
+
+template <typename T>
+std::vector<Part> ParamsT<T>::all_parts(const ModelConfig& cfg) {
+  std::vector<Part> v{Part::embed()};
+  for (int l = 1; l <= cfg.layers; ++l) {
+    v.push_back(Part::pre(l));
+    v.push_back(Part::post(l));
+  }
+  v.push_back(Part::head());
+  return v;
+}
+
+template <typename T>
+ParamsT<T>::ParamsT(const ModelConfig& cfg, std::vector<Part> parts) : cfg_(cfg) {
+  cfg_.validate();
+  const int L = static_cast<int>(cfg_.layers);
+  for (const Part& p : parts) {
+    HP_CHECK(p.kind == PartKind::kEmbed || p.kind == PartKind::kHead || (p.layer >= 1 && p.layer <= L),
+             "Params: part {} is outside the model's {} layers", p.str(), L);
+    if (!p.has_params()) continue;
+    if (std::find(parts_.begin(), parts_.end(), p) == parts_.end()) parts_.push_back(p);
+  }
+  std::sort(parts_.begin(), parts_.end());
+  if (cfg_.tie_embeddings && owns(Part::head())) {
+    HP_CHECK(owns(Part::embed()),
+             "Params: the model ties lm_head to the embedding table, but this stage holds the head "
+             "without embed; place embed and head on the same stage (HelixPipe does) or use an "
+             "untied model (tie_word_embeddings = false)");
+  }
+  slot_index_.assign(static_cast<size_t>(kSlots) * (L + 1), -1);
+  const int64_t h = cfg_.hidden, kv = cfg_.kv_dim(), f = cfg_.intermediate, V = cfg_.vocab;
+  int64_t off = 0;
+  auto add = [&](Part p, Slot s, int layer, std::string name, std::vector<int64_t> shape,
+                 bool mark_slot = true) {
+    ParamTensor t;
+    t.name = std::move(name);
+    t.shape = std::move(shape);
+    t.numel = 1;
+    for (int64_t d : t.shape) t.numel *= d;
+    t.offset = off;
+    t.part = p;
+    t.decay = t.shape.size() >= 2;
+    if (mark_slot) slot_index_[static_cast<size_t>(s) * (L + 1) + layer] = off;
+    off += t.numel;
+    tensors_.push_back(std::move(t));
+  };
+  for (const Part& p : parts_) {
+    const int l = p.layer;
+    const std::string pre = "model.layers." + std::to_string(l - 1) + ".";
+    switch (p.kind) {
+      case PartKind::kEmbed: add(p, Slot::kEmbed, 0, "model.embed_tokens.weight", {V, h}); break;
+      case PartKind::kPre:
+        add(p, Slot::kNorm1, l, pre + "input_layernorm.weight", {h});
+        add(p, Slot::kWqkv, l, pre + "self_attn.q_proj.weight", {h, h});
+        add(p, Slot::kWqkv, l, pre + "self_attn.k_proj.weight", {kv, h}, false);
+        add(p, Slot::kWqkv, l, pre + "self_attn.v_proj.weight", {kv, h}, false);
+        break;
+      case PartKind::kPost:
+        add(p, Slot::kWo, l, pre + "self_attn.o_proj.weight", {h, h});
+        add(p, Slot::kNorm2, l, pre + "post_attention_layernorm.weight", {h});
+        add(p, Slot::kGate, l, pre + "mlp.gate_proj.weight", {f, h});
+        add(p, Slot::kUp, l, pre + "mlp.up_proj.weight", {f, h});
+        add(p, Slot::kDown, l, pre + "mlp.down_proj.weight", {h, f});
+        break;
+      case PartKind::kHead:
+        add(p, Slot::kFinalNorm, 0, "model.norm.weight", {h});
+        if (!cfg_.tie_embeddings) add(p, Slot::kLmHead, 0, "lm_head.weight", {V, h});
+        break;
+      case PartKind::kAttn: break;
+    }
+  }
+  data_.assign(off, T(0));
+  grad_.assign(off, T(0));
+}
+
+template <typename T>
+bool ParamsT<T>::owns(Part p) const {
+  if (!p.has_params()) return false;
+  return std::find(parts_.begin(), parts_.end(), p) != parts_.end();
+}
+
+template <typename T>
+const ParamTensor* ParamsT<T>::find(std::string_view name) const {
+  for (const ParamTensor& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+template <typename T>
+T* ParamsT<T>::param(std::string_view name) {
+  const ParamTensor* t = find(name);
+  HP_CHECK(t, "Params: no tensor '{}' here (this stage holds {} tensors of {} parts)", name,
+           tensors_.size(), parts_.size());
+  return data_.data() + t->offset;
+}
+
+template <typename T>
+T* ParamsT<T>::grad(std::string_view name) {
+  const ParamTensor* t = find(name);
+  HP_CHECK(t, "Params: no gradient '{}' here (this stage holds {} tensors of {} parts)", name,
+           tensors_.size(), parts_.size());
+  return grad_.data() + t->offset;
+}
+
+template <typename T>
+int64_t ParamsT<T>::slot_offset(Slot s, int layer) const {
+  if (s == Slot::kLmHead && cfg_.tie_embeddings) s = Slot::kEmbed;
+  const int L = static_cast<int>(cfg_.layers);
+  HP_CHECK(layer >= 0 && layer <= L, "Params: layer {} of {} is out of range", layer, slot_name(s));
+  const int64_t off = slot_index_[static_cast<size_t>(s) * (L + 1) + layer];
+  HP_CHECK(off >= 0, "Params: this stage does not hold {}{} (it holds {} parts)", slot_name(s),
+           layer ? " of layer " + std::to_string(layer) : std::string(), parts_.size());
+  return off;
+}
+
+template <typename T>
+T* ParamsT<T>::at(Slot s, int layer) {
+  return data_.data() + slot_offset(s, layer);
+}
+
+template <typename T>
+T* ParamsT<T>::grad_at(Slot s, int layer) {
+  return grad_.data() + slot_offset(s, layer);
+}
+
+template <typename T>
+void ParamsT<T>::init(uint64_t seed) {
+  for (const ParamTensor& t : tensors_) {
+    T* p = data_.data() + t.offset;
+    if (t.shape.size() == 1) {
+      std::fill(p, p + t.numel, T(1));
+      continue;
+    }
+    Rng rng(seed * 0x9E3779B97F4A7C15ull ^ name_hash(t.name));
+    for (int64_t i = 0; i < t.numel; ++i) p[i] = static_cast<T>(0.02 * rng.normal());
+  }
+}
+
+template <typename T>
+void ParamsT<T>::zero_grad() {
+  std::fill(grad_.begin(), grad_.end(), T(0));
+}
+
+template class ParamsT<float>;
+template class ParamsT<double>;
+
+}  // namespace hp
