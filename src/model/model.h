@@ -73,8 +73,11 @@ class ModelT {
   ParamsT<T>& params() { return params_; }
   Kernels<T>& kernels() { return kernels_; }
   const ModelOptions& options() const { return opt_; }
-  // Bytes of transient workspace (not values): current reservation and its high-water mark.
+  // Bytes of transient workspace (not values) reserved so far; it only grows, to the largest op.
   int64_t workspace_bytes() const;
+  // When set, the head's forward also writes its logits to `out`: (tokens, vocab), or with
+  // last_only (batch, vocab) for the last position of each row. nullptr turns it off.
+  void set_logits_sink(T* out, bool last_only);
 
  private:
   struct Impl;

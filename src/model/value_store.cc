@@ -65,8 +65,7 @@ int64_t ValueStoreT<T>::elems(Value v, int mb) const {
 template <typename T>
 void ValueStoreT<T>::keep(Value v, int mb) {
   Entry& e = entry(v, mb);
-  if (!e.stash) {
-    e.stash = true;
+  if (e.stash++ == 0) {
     stash_bytes_ += e.elems * static_cast<int64_t>(sizeof(T));
     update_peaks();
   }
@@ -78,11 +77,12 @@ void ValueStoreT<T>::unkeep(Value v, int mb) {
   HP_CHECK(it != entries_.end(), "ValueStore: cannot unstash {} of micro-batch {}: not here", v.str(),
            mb);
   Entry& e = it->second;
-  if (e.stash) {
-    e.stash = false;
+  HP_CHECK(e.stash > 0, "ValueStore: cannot unstash {} of micro-batch {}: it is not stashed", v.str(),
+           mb);
+  if (--e.stash == 0) {
     stash_bytes_ -= e.elems * static_cast<int64_t>(sizeof(T));
+    if (!e.live) free_entry(it);
   }
-  if (!e.live) free_entry(it);
 }
 
 template <typename T>
@@ -91,14 +91,14 @@ void ValueStoreT<T>::release(Value v, int mb) {
   HP_CHECK(it != entries_.end(), "ValueStore: cannot release {} of micro-batch {}: not here",
            v.str(), mb);
   it->second.live = false;
-  if (!it->second.stash) free_entry(it);
+  if (it->second.stash == 0) free_entry(it);
 }
 
 template <typename T>
 void ValueStoreT<T>::erase(Value v, int mb) {
   auto it = entries_.find(Key{v, mb});
   if (it == entries_.end()) return;
-  if (it->second.stash) stash_bytes_ -= it->second.elems * static_cast<int64_t>(sizeof(T));
+  if (it->second.stash > 0) stash_bytes_ -= it->second.elems * static_cast<int64_t>(sizeof(T));
   free_entry(it);
 }
 
@@ -111,7 +111,7 @@ bool ValueStoreT<T>::is_live(Value v, int mb) const {
 template <typename T>
 bool ValueStoreT<T>::is_stashed(Value v, int mb) const {
   auto it = entries_.find(Key{v, mb});
-  return it != entries_.end() && it->second.stash;
+  return it != entries_.end() && it->second.stash > 0;
 }
 
 template <typename T>
@@ -147,7 +147,7 @@ std::string ValueStoreT<T>::describe() const {
   for (const auto& [k, e] : entries_) {
     if (!s.empty()) s += ' ';
     s += k.first.str() + "@" + std::to_string(k.second);
-    s += e.live ? (e.stash ? " (live, stash)" : " (live)") : " (stash)";
+    s += e.live ? (e.stash > 0 ? " (live, stash)" : " (live)") : " (stash)";
   }
   return s;
 }

@@ -16,7 +16,9 @@ namespace hp {
 
 // Every entry carries two marks; it is freed (its buffer back to the pool) when both are off:
 //   live  - in flight: an op's output waiting to be consumed or sent, or a received input.
-//   stash - kept from a forward for its backward (or from I for W), as values.h says.
+//   stash - kept from a forward for its backward (or from I for W), as values.h says. A count:
+//           two parts of one stage may keep the same value (O:l by attn:l and post:l); it is
+//           counted once in the bytes and freed when the last keeper lets go.
 template <typename T>
 class ValueStoreT {
  public:
@@ -32,8 +34,8 @@ class ValueStoreT {
   bool contains(Value v, int mb) const { return find(v, mb) != nullptr; }
   int64_t elems(Value v, int mb) const;  // throws when absent
 
-  void keep(Value v, int mb);     // stash mark on (throws when absent)
-  void unkeep(Value v, int mb);   // stash mark off; frees the entry unless live
+  void keep(Value v, int mb);     // stash count + 1 (throws when absent)
+  void unkeep(Value v, int mb);   // stash count - 1; at 0 frees the entry unless live
   void release(Value v, int mb);  // live mark off; frees the entry unless stashed
   void erase(Value v, int mb);    // frees regardless of marks (no-op when absent)
   bool is_live(Value v, int mb) const;
@@ -58,7 +60,8 @@ class ValueStoreT {
   struct Entry {
     std::unique_ptr<T[]> buf;
     int64_t elems = 0;
-    bool live = false, stash = false;
+    bool live = false;
+    int stash = 0;
   };
   using Key = std::pair<Value, int>;
   Entry& entry(Value v, int mb);
