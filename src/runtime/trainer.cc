@@ -84,6 +84,8 @@ Trainer::Trainer(const ModelConfig& cfg, Kernels<float>& kernels, Params& params
   shape_.validate();
   state_.lr.validate();
   state_.seq_len = shape_.seq_len;
+  state_.microbatch_size = shape_.microbatch_size;
+  state_.microbatches = shape_.microbatches;
 }
 
 void Trainer::load_optimizer(const std::string& path) {
