@@ -379,5 +379,29 @@ TEST_F(CliTest, BadInputsFailWithClearMessages) {
   }
 }
 
+// The Hugging Face layout against an independent float64 Llama in plain PyTorch (transformers is
+// not in Debian): tools/hf_layout_check.py, both directions. Skipped without python3-torch.
+TEST_F(CliTest, HuggingFaceLayoutMatchesTorchLlama) {
+  std::string python;
+  for (const char* p : {"/usr/bin/python3", "python3"}) {
+    if (std::system((std::string(p) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) {
+      python = p;
+      break;
+    }
+  }
+  if (python.empty()) GTEST_SKIP() << "python3 with torch not installed (apt-get install python3-torch)";
+  const std::string cmd = python + " " + HP_SOURCE_DIR + "/tools/hf_layout_check.py " +
+                          HP_BINARY_DIR + "/helixpipe " + path("hf") + " 2>&1";
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  EXPECT_EQ(last_line(out), "OK") << out;
+}
+
 }  // namespace
 }  // namespace hp
