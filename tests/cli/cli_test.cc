@@ -269,6 +269,35 @@ TEST_F(CliTest, ResumeReproducesTheUninterruptedRun) {
   EXPECT_NE(b3.out.find("raise --steps"), std::string::npos) << b3.out;
 }
 
+TEST_F(CliTest, SaveEveryOverridesAndStartingFromWeights) {
+  const std::string data = " --data=" + path("text.txt");
+  const CmdResult a = helixpipe("train --model=tiny" + data +
+                                " --seq-len=16 --microbatch-size=2 --steps=6 --save-every=2 "
+                                "--stop-after=4 --save=" + path("d"));
+  ASSERT_EQ(a.rc, 0) << a.out;
+  auto state = [&] { return nlohmann::json::parse(read_file(path("d") + "/trainer_state.json")); };
+  EXPECT_EQ(state()["step"], 4);
+  EXPECT_EQ(state()["data"]["next_sequence"], 8);
+  // Extending a run: --steps overrides the saved schedule, with a note.
+  const CmdResult b = helixpipe("train --resume=" + path("d") + data + " --steps=8 --save=" + path("d"));
+  ASSERT_EQ(b.rc, 0) << b.out;
+  EXPECT_NE(b.out.find("resuming with changed --steps"), std::string::npos) << b.out;
+  EXPECT_EQ(state()["step"], 8);
+  EXPECT_EQ(state()["lr_schedule"]["total"], 8);
+  EXPECT_EQ(state()["loss_history"].size(), 8u);
+  // --checkpoint takes the weights only: a fresh run from step 0 and sequence 0.
+  const CmdResult c = helixpipe("train --checkpoint=" + path("d") + data +
+                                " --seq-len=16 --steps=1 --save=" + path("e"));
+  ASSERT_EQ(c.rc, 0) << c.out;
+  EXPECT_NE(c.out.find("starting at step 0"), std::string::npos) << c.out;
+  const auto e = nlohmann::json::parse(read_file(path("e") + "/trainer_state.json"));
+  EXPECT_EQ(e["step"], 1);
+  EXPECT_EQ(e["data"]["next_sequence"], 1);
+  // Its first loss is the trained model's loss on sequence 0, below a fresh model's.
+  EXPECT_LT(e["loss_history"][0]["loss"].get<double>(),
+            state()["loss_history"][0]["loss"].get<double>());
+}
+
 TEST_F(CliTest, LossFallsOnText) {
   const CmdResult r = helixpipe("train --model=tiny --data=" + path("text.txt") +
                           " --seq-len=64 --microbatch-size=4 --steps=60 --lr=1e-2 --warmup=5 "
