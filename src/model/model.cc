@@ -12,9 +12,16 @@ namespace hp {
 std::vector<Value> part_stash(const ComputeOp& op, size_t index, const PartContext& ctx,
                               int layers) {
   const Part part = op.parts.at(index);
-  std::vector<Value> s = forward_stash(part, ctx, layers);
-  if (part.kind == PartKind::kAttn && ctx.first_in_op && ctx.policy != Recompute::kNone) {
-    // post:l follows attn:l in this op (model order) and its recomputation needs X:l.
+  // The stash is decided by the forward: judge first_in_op / feeds_next_in_op in model order, so
+  // a B/I op given contexts in its own (reversed) execution order frees exactly what F kept.
+  const auto [lo, hi] = std::minmax_element(op.parts.begin(), op.parts.end());
+  PartContext c = ctx;
+  c.first_in_op = part == *lo;
+  c.feeds_next_in_op = !(part == *hi);
+  std::vector<Value> s = forward_stash(part, c, layers);
+  if (part.kind == PartKind::kAttn && c.first_in_op && c.policy != Recompute::kNone) {
+    // post:l follows attn:l in this op and its recomputation needs X:l (values.h says so too
+    // since feeds_next_in_op; kept here as a guard).
     const bool post_follows = std::find(op.parts.begin(), op.parts.end(),
                                         Part::post(part.layer)) != op.parts.end();
     const Value x{ValueKind::kX, part.layer};
@@ -26,12 +33,11 @@ std::vector<Value> part_stash(const ComputeOp& op, size_t index, const PartConte
 std::vector<PartContext> local_contexts(const ComputeOp& op, Recompute policy,
                                         TransferMode transfer) {
   std::vector<PartContext> ctx(op.parts.size());
-  if (op.parts.empty()) return ctx;
-  Part first = *std::min_element(op.parts.begin(), op.parts.end());
-  for (size_t i = 0; i < op.parts.size(); ++i) {
+  for (size_t i = 0; i < op.parts.size(); ++i) {  // as lower.h's part_context: execution order
     ctx[i].policy = policy;
     ctx[i].transfer = transfer;
-    ctx[i].first_in_op = op.parts[i] == first;
+    ctx[i].first_in_op = i == 0;
+    ctx[i].feeds_next_in_op = i + 1 < op.parts.size();
     ctx[i].attn_remote = false;
   }
   return ctx;
@@ -540,11 +546,13 @@ struct ModelT<T>::Impl {
     }
     const bool split = op.dir == Dir::kI;
     for (size_t i = 0; i < n; ++i) backward(op.parts[i], ctx[i], split);
+    store.defer_stash_peak(true);  // I swaps F's stash for W's in one step
     if (split)
       for (size_t i = 0; i < n; ++i)
         for (const Value& v : weight_stash(op.parts[i], ctx[i], L)) store.keep(v, mb);
     for (size_t i = 0; i < n; ++i)
       for (const Value& v : part_stash(op, i, ctx[i], L)) store.unkeep(v, mb);
+    store.defer_stash_peak(false);
     cleanup(backward_outputs(op.parts[n - 1], ctx[n - 1], L));
     return 0;
   }

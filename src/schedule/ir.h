@@ -79,7 +79,11 @@ struct ComputeOp {
 // A message moves named values (see values.h) of one micro-batch from the op that produces them on
 // `src` to the op that consumes them on `dst`.
 struct Message {
-  int id = 0;              // unique within the schedule; the runtime derives its tag from it
+  int id = 0;              // unique within the schedule: 0..messages.size()-1, in vector order
+  // Sequence number on its ordered link (src, dst), in send order: unique per link and small
+  // (a few hundred even for p=8, m=64, L=64), so it fits any MPI tag range (>= 32767). MPI
+  // matches on (source, tag), so the runtime should use this as the tag (see lower.h).
+  int tag = 0;
   int src = 0, dst = 0;    // stages
   int mb = 0;
   Dir dir = Dir::kF;       // kF: activations flowing forward; kB: gradients flowing backward

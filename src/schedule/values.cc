@@ -50,10 +50,11 @@ bool weights_remote(const PartContext& ctx) {
 }
 
 // What a part needs to rerun its forward when it starts an op under full/no-attn recomputation:
-// its forward inputs, except that attention never needs the residual X it only passes through.
+// its forward inputs, except that attention ending its op never needs the residual X it only
+// passes through (when post:l follows it in the same op, post's recomputation needs X:l).
 std::vector<Value> boundary(Part part, const PartContext& ctx, int layers) {
   std::vector<Value> in = forward_inputs(part, ctx, layers);
-  if (part.kind == PartKind::kAttn) {
+  if (part.kind == PartKind::kAttn && !ctx.feeds_next_in_op) {
     std::erase_if(in, [](const Value& x) { return x.kind == ValueKind::kX; });
   }
   return in;

@@ -66,6 +66,10 @@ struct PartContext {
   TransferMode transfer = TransferMode::kWeights;
   bool first_in_op = true;   // the part starts its op (full/no-attn keep only op inputs)
   bool attn_remote = false;  // attn:l runs on another stage than pre:l (weights mode ships W:l)
+  // The next part of the same op (in the op's execution order) consumes this part's output
+  // locally; false for the op's last part, whose output (if any) goes to another op, maybe on
+  // another stage. Built by part_context() in lower.h.
+  bool feeds_next_in_op = false;
 };
 
 // Values a part receives from the previous part in model order (forward), and hands to the next.

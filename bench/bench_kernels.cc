@@ -1,0 +1,155 @@
+// Kernel benchmark: OpenBLAS sgemm against our attention forward/backward, every number printed as
+// a ratio to the sgemm rate measured in the same run with the same thread count.
+//   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/bench/bench_kernels [--quick]
+//   build/bench/bench_kernels --one SEQ HEADS D THREADS avx2|avx512   (one attention case)
+// FLOP convention (causal attention, every FLOP counted once): forward 2 matmuls over the lower
+// triangle = 2 * 2 * b * heads * (s^2 / 2) * d; backward 5 such matmuls = 2.5x forward.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu_kernels.h"
+#include "kernels/kernels.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// With one thread the clock is the process CPU time: on a shared, overloaded machine the wall
+// clock mostly measures how long the scheduler kept us waiting. With more threads it is the wall
+// clock (CPU time would count the threads' idle spinning).
+bool g_cpu_clock = false;
+
+double now_seconds() {
+  if (g_cpu_clock) {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+  }
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// Best seconds per call: repeat until min_s has passed (at least 2 calls after a warm-up).
+template <class F>
+double best_seconds(F&& f, double min_s) {
+  f();
+  double best = 1e30, total = 0;
+  int n = 0;
+  while (total < min_s || n < 3) {
+    const double t0 = now_seconds();
+    f();
+    const double dt = now_seconds() - t0;
+    best = std::min(best, dt);
+    total += dt;
+    ++n;
+  }
+  return best;
+}
+
+std::vector<float> randn(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(gen);
+  return v;
+}
+
+double sgemm_gflops(hp::Kernels<float>& k, int64_t M, int64_t N, int64_t K, double min_s) {
+  const auto a = randn(M * K, 1), b = randn(K * N, 2);
+  std::vector<float> c(M * N);
+  const double t = best_seconds(
+      [&] { k.gemm(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N); },
+      min_s);
+  return 2.0 * M * N * K / t * 1e-9;
+}
+
+struct AttnRate {
+  double fwd, bwd;
+};
+
+AttnRate attention_gflops(hp::Kernels<float>& k, int64_t seq, int64_t heads, int64_t d,
+                          double min_s) {
+  hp::AttnShape s;
+  s.batch = 1;
+  s.seq = seq;
+  s.heads = heads;
+  s.kv_heads = heads;
+  s.head_dim = d;
+  s.ld_qkv = 3 * heads * d;
+  s.ld_o = heads * d;
+  const auto qkv = randn(seq * s.ld_qkv, 3), dout = randn(seq * s.ld_o, 4);
+  std::vector<float> o(seq * s.ld_o), lse(heads * seq), g(seq * s.ld_qkv);
+  const float* q = qkv.data();
+  const float* kk = q + heads * d;
+  const float* v = kk + heads * d;
+  const double fwd_flops = 2.0 * 2.0 * heads * (double(seq) * seq / 2) * d;
+  const double tf = best_seconds([&] { k.attention_forward(s, q, kk, v, o.data(), lse.data()); }, min_s);
+  const double tb = best_seconds(
+      [&] {
+        k.attention_backward(s, q, kk, v, o.data(), dout.data(), lse.data(), g.data(),
+                             g.data() + heads * d, g.data() + 2 * heads * d);
+      },
+      min_s);
+  return {fwd_flops / tf * 1e-9, 2.5 * fwd_flops / tb * 1e-9};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // --one SEQ HEADS D THREADS avx2|avx512: only that attention case (for profilers).
+  if (argc == 7 && std::strcmp(argv[1], "--one") == 0) {
+    const hp::CpuIsa isa = std::strcmp(argv[6], "avx2") == 0 ? hp::CpuIsa::kAvx2 : hp::CpuIsa::kAvx512;
+    g_cpu_clock = std::atoi(argv[5]) == 1;
+    auto k = hp::make_cpu_kernels(std::atoi(argv[5]), isa);
+    const AttnRate r = attention_gflops(*k, std::atoll(argv[2]), std::atoll(argv[3]), std::atoll(argv[4]), 2.0);
+    std::printf("fwd %.1f GFLOP/s  bwd %.1f GFLOP/s\n", r.fwd, r.bwd);
+    return 0;
+  }
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const double min_s = quick ? 0.05 : 0.4;
+  std::vector<hp::CpuIsa> isas = {hp::cpu_best_isa()};
+  if (hp::cpu_best_isa() == hp::CpuIsa::kAvx512) isas.push_back(hp::CpuIsa::kAvx2);
+  std::printf("BLAS core: %s   best ISA: %s\n", hp::blas_core_name().c_str(),
+              hp::cpu_isa_name(hp::cpu_best_isa()));
+  std::printf("FLOPs: causal counted once; attention fwd = 4*heads*s^2/2*d, bwd = 2.5 x fwd\n\n");
+  std::printf("%-7s %-7s %-24s %10s %10s\n", "threads", "isa", "kernel", "GFLOP/s", "/sgemm");
+  const std::vector<int64_t> seqs = quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 4096};
+  for (int threads : {1, 2}) {
+    g_cpu_clock = threads == 1;
+    std::printf("-- %d thread(s), timed by %s\n", threads,
+                threads == 1 ? "process CPU time" : "wall clock");
+    for (hp::CpuIsa isa : isas) {
+      auto k = hp::make_cpu_kernels(threads, isa);
+      const char* in = hp::cpu_isa_name(isa);
+      // sgemm: square 1024^3 (the reference rate of every ratio), and the model's QKV projection
+      // (4096 tokens x 256 -> 768). The load of a shared machine drifts, so the square sgemm is
+      // measured again next to each attention case and that case's ratio uses it.
+      const double sq = sgemm_gflops(*k, 1024, 1024, 1024, min_s);
+      const double qkv = sgemm_gflops(*k, 4096, 768, 256, min_s);
+      std::printf("%-7d %-7s %-24s %10.1f %10.2f\n", threads, in, "sgemm 1024^3", sq, 1.0);
+      std::printf("%-7d %-7s %-24s %10.1f %10.2f\n", threads, in, "sgemm 4096x768x256", qkv, qkv / sq);
+      for (int64_t seq : seqs) {
+        for (auto [heads, d] : {std::pair<int64_t, int64_t>{4, 64}, {2, 128}}) {
+          const double sq_here = sgemm_gflops(*k, 1024, 1024, 1024, min_s / 2);
+          const AttnRate r = attention_gflops(*k, seq, heads, d, min_s);
+          char name[64];
+          std::snprintf(name, sizeof name, "attn fwd s=%lld h%lldxd%lld", (long long)seq,
+                        (long long)heads, (long long)d);
+          std::printf("%-7d %-7s %-24s %10.1f %10.2f   (sgemm next to it: %.1f)\n", threads, in,
+                      name, r.fwd, r.fwd / sq_here, sq_here);
+          std::snprintf(name, sizeof name, "attn bwd s=%lld h%lldxd%lld", (long long)seq,
+                        (long long)heads, (long long)d);
+          std::printf("%-7d %-7s %-24s %10.1f %10.2f\n", threads, in, name, r.bwd, r.bwd / sq_here);
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  return 0;
+}

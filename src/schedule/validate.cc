@@ -1,0 +1,665 @@
+// The validator (validate.h lists the checks in order).
+#include "schedule/validate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "schedule/lower.h"
+#include "util/error.h"
+
+namespace hp {
+
+namespace {
+
+constexpr size_t kMaxErrors = 25;
+
+std::string where(const Schedule& s, int st, int op) {
+  return fmt::format("stage {} op {} ({})", st, op, op_str(s.stages[st].ops[op]));
+}
+
+std::string msg_label(const Message& m) {
+  return fmt::format("message {} ({}{} {} -> {}, stage {} -> {})", m.id, dir_str(m.dir), m.mb,
+                     m.from.str(), m.to.str(), m.src, m.dst);
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep = " ") {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+std::string parts_str(const std::vector<Part>& ps) {
+  std::vector<std::string> v;
+  for (const Part& p : ps) v.push_back(p.str());
+  return "[" + join(v) + "]";
+}
+
+struct Errors {
+  std::vector<std::string>* out;
+  size_t dropped = 0;
+  template <typename... Args>
+  void add(fmt::format_string<Args...> f, Args&&... args) {
+    if (out->size() < kMaxErrors) out->push_back(fmt::format(f, std::forward<Args>(args)...));
+    else ++dropped;
+  }
+  void finish() {
+    if (dropped) out->push_back(fmt::format("... and {} more errors of this kind", dropped));
+    dropped = 0;
+  }
+  bool any() const { return !out->empty(); }
+};
+
+bool part_in_range(const Part& p, int L) {
+  return p.kind == PartKind::kEmbed || p.kind == PartKind::kHead || (p.layer >= 1 && p.layer <= L);
+}
+
+// 1. Shape.
+void check_shape(const Schedule& s, Errors& err) {
+  const int p = s.num_stages, m = s.microbatches, L = s.layers;
+  if (p < 1) err.add("the schedule has {} stages; it needs at least 1", p);
+  if (m < 1) err.add("the schedule has {} micro-batches; it needs at least 1", m);
+  if (L < 1) err.add("the schedule has {} layers; it needs at least 1", L);
+  if (static_cast<int>(s.stages.size()) != p)
+    err.add("the header says {} stages but the schedule lists {}", p, s.stages.size());
+  if (err.any()) return;
+  for (int st = 0; st < p; ++st) {
+    const auto& ops = s.stages[st].ops;
+    for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+      const ComputeOp& op = ops[i];
+      if (op.mb < 0 || op.mb >= m)
+        err.add("{}: micro-batch {} is out of range (the schedule has {}: 0..{})", where(s, st, i),
+                op.mb, m, m - 1);
+      if (op.parts.empty()) err.add("{}: the op runs no parts", where(s, st, i));
+      bool parts_ok = true;
+      for (const Part& pt : op.parts) {
+        if (!part_in_range(pt, L)) {
+          err.add("{}: part {} is beyond the schedule's {} layers", where(s, st, i), pt.str(), L);
+          parts_ok = false;
+        }
+      }
+      if (!parts_ok) continue;
+      const int step = op.dir == Dir::kF ? 1 : -1;
+      for (size_t k = 1; k < op.parts.size(); ++k) {
+        if (op.parts[k].index(L) != op.parts[k - 1].index(L) + step) {
+          err.add("{}: the parts of an op must be a contiguous run of the model order ({}), but "
+                  "{} is followed by {}",
+                  where(s, st, i),
+                  op.dir == Dir::kF ? "ascending for F" : "descending for B, I and W",
+                  op.parts[k - 1].str(), op.parts[k].str());
+          break;
+        }
+      }
+      const std::vector<Part> want = recompute_parts(op, s.recompute);
+      if (op.recompute != want)
+        err.add("{}: the op recomputes {} but recompute policy '{}' means {}", where(s, st, i),
+                parts_str(op.recompute), recompute_str(s.recompute), parts_str(want));
+    }
+  }
+  err.finish();
+}
+
+// Every occurrence of (part, mb) per phase.
+struct Occ {
+  int stage, op;
+};
+struct Occurrences {
+  int parts = 0;
+  // [phase][mb * parts + part index]; phases F, B, I, W
+  std::vector<std::vector<Occ>> at[4];
+  std::vector<Occ>& get(Dir d, int mb, int part) { return at[static_cast<int>(d)][mb * parts + part]; }
+};
+
+std::string occ_list(const Schedule& s, const std::vector<Occ>& v) {
+  std::vector<std::string> out;
+  for (const Occ& o : v) out.push_back(where(s, o.stage, o.op));
+  return join(out, ", ");
+}
+
+// 2. Exactly once; 3. ownership; 4. order on a stage.
+void check_placement(const Schedule& s, const ScheduleIndex& index, Errors& err) {
+  const int m = s.microbatches, L = s.layers, np = 3 * L + 2;
+  Occurrences occ;
+  occ.parts = np;
+  for (auto& v : occ.at) v.assign(static_cast<size_t>(m) * np, {});
+  for (int st = 0; st < s.num_stages; ++st)
+    for (int i = 0; i < static_cast<int>(s.stages[st].ops.size()); ++i) {
+      const ComputeOp& op = s.stages[st].ops[i];
+      for (const Part& pt : op.parts) occ.get(op.dir, op.mb, pt.index(L)).push_back({st, i});
+    }
+  for (int mb = 0; mb < m; ++mb)
+    for (int k = 0; k < np; ++k) {
+      const std::string name = Part::from_index(k, L).str();
+      auto& f = occ.get(Dir::kF, mb, k);
+      if (f.empty()) err.add("the forward of {} for micro-batch {} never runs", name, mb);
+      if (f.size() > 1)
+        err.add("the forward of {} for micro-batch {} runs {} times: {}", name, mb, f.size(),
+                occ_list(s, f));
+      auto &b = occ.get(Dir::kB, mb, k), &in = occ.get(Dir::kI, mb, k), &w = occ.get(Dir::kW, mb, k);
+      const bool full = b.size() == 1 && in.empty() && w.empty();
+      const bool split = b.empty() && in.size() == 1 && w.size() == 1;
+      if (full || split) continue;
+      if (b.empty() && in.empty() && w.empty()) {
+        err.add("the backward of {} for micro-batch {} never runs (it needs one B, or one I and "
+                "one W)",
+                name, mb);
+        continue;
+      }
+      std::vector<Occ> all = b;
+      all.insert(all.end(), in.begin(), in.end());
+      all.insert(all.end(), w.begin(), w.end());
+      err.add("the backward of {} for micro-batch {} runs as {} B, {} I and {} W ({}); it needs "
+              "one B, or one I and one W",
+              name, mb, b.size(), in.size(), w.size(), occ_list(s, all));
+    }
+  err.finish();
+  if (err.any()) return;
+
+  // Ownership.
+  for (int k = 0; k < np; ++k) {
+    const Part part = Part::from_index(k, L);
+    const PartLocation& home = index.forward(part, 0);
+    bool reported = false;
+    for (int mb = 0; mb < m && !reported; ++mb) {
+      const PartLocation* locs[3] = {&index.forward(part, mb), &index.backward(part, mb),
+                                     &index.weight(part, mb)};
+      for (const PartLocation* loc : locs) {
+        if (part.has_params() && loc->stage != home.stage) {
+          err.add("{} holds parameters on stage {} (its forward of micro-batch 0 runs there), but "
+                  "{} runs it for micro-batch {}; a part's parameters live on one stage",
+                  part.str(), home.stage, where(s, loc->stage, loc->op), mb);
+          reported = true;
+          break;
+        }
+      }
+      if (reported) break;
+      const PartLocation& f = index.forward(part, mb);
+      for (const PartLocation* loc : {locs[1], locs[2]}) {
+        if (loc->stage != f.stage) {
+          err.add("{} runs a backward of {} for micro-batch {}, but its forward ran on stage {}: "
+                  "the backward must run where the forward's stash is",
+                  where(s, loc->stage, loc->op), part.str(), mb, f.stage);
+          reported = true;
+          break;
+        }
+      }
+    }
+  }
+  err.finish();
+  if (err.any()) return;
+
+  // Order on a stage.
+  for (int mb = 0; mb < m; ++mb)
+    for (int k = 0; k < np; ++k) {
+      const Part part = Part::from_index(k, L);
+      const PartLocation &f = index.forward(part, mb), &b = index.backward(part, mb),
+                         &w = index.weight(part, mb);
+      if (b.op < f.op)
+        err.add("{} runs the backward of {} for micro-batch {} before its forward ({})",
+                where(s, b.stage, b.op), part.str(), mb, where(s, f.stage, f.op));
+      const ComputeOp& bop = s.stages[b.stage].ops[b.op];
+      if (bop.dir == Dir::kI && w.op < b.op)
+        err.add("{} runs the W of {} for micro-batch {} before its I ({})",
+                where(s, w.stage, w.op), part.str(), mb, where(s, b.stage, b.op));
+      if (k + 1 < np) {  // forward output of part k feeds part k+1
+        const PartLocation& c = index.forward(Part::from_index(k + 1, L), mb);
+        if (c.stage == f.stage && c.op < f.op)
+          err.add("{} needs the forward output of {} for micro-batch {}, which {} produces later",
+                  where(s, c.stage, c.op), part.str(), mb, where(s, f.stage, f.op));
+      }
+      if (k > 0) {  // gradient of part k feeds the backward of part k-1
+        const PartLocation& c = index.backward(Part::from_index(k - 1, L), mb);
+        if (c.stage == b.stage && c.op < b.op)
+          err.add("{} needs the gradient from {} for micro-batch {}, which {} produces later",
+                  where(s, c.stage, c.op), part.str(), mb, where(s, b.stage, b.op));
+      }
+    }
+  err.finish();
+}
+
+std::vector<std::string> value_names(const std::vector<Value>& vs) {
+  std::vector<std::string> out;
+  for (const Value& v : vs) out.push_back(v.str());
+  return out;
+}
+
+// 5. The lowered program's structure and message contents.
+void check_lowered(const Schedule& s, const ScheduleIndex& index, const ValidateOptions& opt,
+                   Errors& err) {
+  const int p = s.num_stages, L = s.layers;
+  std::map<int, int> by_id;
+  for (size_t i = 0; i < s.messages.size(); ++i) {
+    const Message& m = s.messages[i];
+    if (!by_id.emplace(m.id, static_cast<int>(i)).second) err.add("message id {} repeats", m.id);
+    if (m.src < 0 || m.src >= p || m.dst < 0 || m.dst >= p || m.src == m.dst)
+      err.add("message {} goes from stage {} to stage {} in a {}-stage schedule", m.id, m.src,
+              m.dst, p);
+  }
+  err.finish();
+  if (err.any()) return;
+  // Position of every lowered op: [kind][message index] -> (stage, position)
+  std::vector<std::vector<std::pair<int, int>>> pos(5, std::vector<std::pair<int, int>>(s.messages.size(), {-1, -1}));
+  std::vector<std::vector<int>> compute_pos(p);
+  for (int st = 0; st < p; ++st) {
+    const auto& prog = s.stages[st].lowered;
+    compute_pos[st].assign(s.stages[st].ops.size(), -1);
+    int expect = 0;
+    for (int j = 0; j < static_cast<int>(prog.size()); ++j) {
+      const LoweredOp& op = prog[j];
+      if (op.kind == OpKind::kCompute) {
+        if (op.index != expect) {
+          err.add("stage {}: lowered op {} runs compute op {}, but the next compute op in order is "
+                  "{}",
+                  st, j, op.index, expect);
+          return;
+        }
+        compute_pos[st][expect++] = j;
+        continue;
+      }
+      auto it = by_id.find(op.index);
+      if (it == by_id.end()) {
+        err.add("stage {}: lowered op {} is a {} of message {}, which does not exist", st, j,
+                op_kind_str(op.kind), op.index);
+        continue;
+      }
+      const Message& m = s.messages[it->second];
+      const bool send = op.kind == OpKind::kSendStart || op.kind == OpKind::kSendWait;
+      if ((send ? m.src : m.dst) != st) {
+        err.add("stage {}: lowered op {} is a {} of {}, which belongs to stage {}", st, j,
+                op_kind_str(op.kind), msg_label(m), send ? m.src : m.dst);
+        continue;
+      }
+      auto& slot = pos[static_cast<int>(op.kind)][it->second];
+      if (slot.first >= 0) err.add("stage {}: {} of {} appears twice", st, op_kind_str(op.kind), msg_label(m));
+      slot = {st, j};
+    }
+    if (expect != static_cast<int>(s.stages[st].ops.size()))
+      err.add("stage {}: the lowered program never runs compute op {} ({})", st, expect,
+              op_str(s.stages[st].ops[expect]));
+  }
+  err.finish();
+  if (err.any()) return;
+  for (size_t i = 0; i < s.messages.size(); ++i) {
+    const Message& m = s.messages[i];
+    const int ss = pos[static_cast<int>(OpKind::kSendStart)][i].second,
+              sw = pos[static_cast<int>(OpKind::kSendWait)][i].second,
+              rs = pos[static_cast<int>(OpKind::kRecvStart)][i].second,
+              rw = pos[static_cast<int>(OpKind::kRecvWait)][i].second;
+    if (ss < 0 || sw < 0 || rw < 0) {
+      const bool recv = ss >= 0 && sw >= 0;
+      err.add("{} lacks its {} on stage {}", msg_label(m),
+              ss < 0 ? "send.start" : sw < 0 ? "send.wait" : "recv.wait", recv ? m.dst : m.src);
+      continue;
+    }
+    if (sw < ss) err.add("stage {}: the send.wait of {} comes before its send.start", m.src, msg_label(m));
+    if (rs >= 0 && rw < rs)
+      err.add("stage {}: the recv.wait of {} comes before its recv.start", m.dst, msg_label(m));
+    const auto& sops = s.stages[m.src].ops;
+    const auto& dops = s.stages[m.dst].ops;
+    if (m.producer < 0 || m.producer >= static_cast<int>(sops.size()) || m.consumer < 0 ||
+        m.consumer >= static_cast<int>(dops.size())) {
+      err.add("{} names producer op {} / consumer op {}, which do not exist", msg_label(m),
+              m.producer, m.consumer);
+      continue;
+    }
+    if (ss < compute_pos[m.src][m.producer])
+      err.add("stage {}: {} starts sending before its producer {} runs", m.src, msg_label(m),
+              where(s, m.src, m.producer));
+    if (rw > compute_pos[m.dst][m.consumer])
+      err.add("stage {}: {} is waited for after its consumer {} runs", m.dst, msg_label(m),
+              where(s, m.dst, m.consumer));
+    // Contents: the producing part's outputs for this micro-batch.
+    const ComputeOp& prod = sops[m.producer];
+    auto k = std::find(prod.parts.begin(), prod.parts.end(), m.from);
+    if (k == prod.parts.end() || prod.mb != m.mb) {
+      err.add("{} says it comes from {} but {} does not run it for micro-batch {}", msg_label(m),
+              m.from.str(), where(s, m.src, m.producer), m.mb);
+      continue;
+    }
+    const PartContext ctx =
+        index.context(m.src, m.producer, static_cast<int>(k - prod.parts.begin()));
+    const std::vector<Value> want = prod.dir == Dir::kF ? forward_outputs(m.from, ctx, L)
+                                                        : backward_outputs(m.from, ctx, L);
+    if (m.values != value_names(want))
+      err.add("{} carries [{}] but {} hands on [{}]", msg_label(m), join(m.values),
+              m.from.str(), join(value_names(want)));
+    if (opt.model && opt.tokens_per_mb > 0) {
+      const int64_t bytes = values_bytes(want, *opt.model, opt.tokens_per_mb);
+      if (m.bytes != bytes)
+        err.add("{} says {} bytes but its values take {} bytes for this model", msg_label(m),
+                m.bytes, bytes);
+    }
+  }
+  err.finish();
+}
+
+// 6. Per ordered pair: receives posted in send order.
+void check_matching(const Schedule& s, Errors& err) {
+  std::map<std::pair<int, int>, std::vector<int>> sends, recvs;
+  std::set<int> started;
+  for (int st = 0; st < s.num_stages; ++st)
+    for (const LoweredOp& op : s.stages[st].lowered)
+      if (op.kind == OpKind::kRecvStart) started.insert(op.index);
+  std::map<int, const Message*> by_id;
+  for (const Message& m : s.messages) by_id[m.id] = &m;
+  for (int st = 0; st < s.num_stages; ++st)
+    for (const LoweredOp& op : s.stages[st].lowered) {
+      if (op.kind == OpKind::kSendStart) {
+        const Message& m = *by_id.at(op.index);
+        sends[{m.src, m.dst}].push_back(m.id);
+      } else if (op.kind == OpKind::kRecvStart ||
+                 (op.kind == OpKind::kRecvWait && !started.count(op.index))) {
+        const Message& m = *by_id.at(op.index);
+        recvs[{m.src, m.dst}].push_back(m.id);
+      }
+    }
+  std::set<std::pair<int, int>> links;
+  for (auto& [k, v] : sends) links.insert(k);
+  for (auto& [k, v] : recvs) links.insert(k);
+  for (const auto& link : links) {
+    const auto& a = sends[link];
+    const auto& b = recvs[link];
+    if (a.size() != b.size()) {
+      err.add("link stage {} -> {}: {} sends but {} receives", link.first, link.second, a.size(),
+              b.size());
+      continue;
+    }
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i] == b[i]) continue;
+      const Message &x = *by_id.at(a[i]), &y = *by_id.at(b[i]);
+      err.add("link stage {} -> {}: send number {} is {} ({} bytes) but receive number {} posted "
+              "is {} ({} bytes); receives must be posted in send order",
+              link.first, link.second, i + 1, msg_label(x), x.bytes, i + 1, msg_label(y), y.bytes);
+      break;
+    }
+  }
+  err.finish();
+}
+
+std::string lowered_label(const Schedule& s, const std::map<int, const Message*>& by_id, int st,
+                          const LoweredOp& op) {
+  if (op.kind == OpKind::kCompute) {
+    const ComputeOp& c = s.stages[st].ops[op.index];
+    std::string parts = c.parts.empty() ? "" : c.parts.front().str();
+    if (c.parts.size() > 1) parts += ".." + c.parts.back().str();
+    return fmt::format("{}{}[{}]", dir_str(c.dir), c.mb, parts);
+  }
+  const Message& m = *by_id.at(op.index);
+  const bool send = op.kind == OpKind::kSendStart || op.kind == OpKind::kSendWait;
+  return fmt::format("{}#{}{}s{}", op_kind_str(op.kind), m.id, send ? ">" : "<",
+                     send ? m.dst : m.src);
+}
+
+// 7. Blocking in-order replay with dataflow over values.
+void check_execution(const Schedule& s, const ScheduleIndex& index, Errors& err,
+                     std::string* grid) {
+  const int p = s.num_stages, L = s.layers;
+  const size_t n = s.messages.size();
+  std::map<int, const Message*> by_id;
+  std::map<int, int> idx_of;
+  for (size_t i = 0; i < n; ++i) {
+    by_id[s.messages[i].id] = &s.messages[i];
+    idx_of[s.messages[i].id] = static_cast<int>(i);
+  }
+  std::vector<char> sent(n, 0), posted(n, 0), done(n, 0);
+  std::map<std::pair<int, int>, std::vector<int>> link;
+  std::vector<int> link_pos(n, 0);
+  for (int st = 0; st < p; ++st)
+    for (const LoweredOp& op : s.stages[st].lowered)
+      if (op.kind == OpKind::kSendStart) {
+        const int mi = idx_of.at(op.index);
+        auto& q = link[{st, s.messages[mi].dst}];
+        link_pos[mi] = static_cast<int>(q.size());
+        q.push_back(mi);
+      }
+  std::map<std::pair<int, int>, size_t> head;
+  auto advance_link = [&](int src, int dst) {
+    auto& q = link[{src, dst}];
+    size_t& h = head[{src, dst}];
+    while (h < q.size() && sent[q[h]] && posted[q[h]]) done[q[h++]] = 1;
+  };
+  using Key = std::tuple<int, int, int>;  // value kind, layer, mb
+  std::vector<std::set<Key>> have(p);
+  auto key = [](const Value& v, int mb) { return Key{static_cast<int>(v.kind), v.layer, mb}; };
+  std::vector<size_t> pc(p, 0);
+  size_t data_errors = 0;
+  auto run_compute = [&](int st, int i) {
+    const ComputeOp& op = s.stages[st].ops[i];
+    for (int k = 0; k < static_cast<int>(op.parts.size()); ++k) {
+      const Part& part = op.parts[k];
+      const PartContext ctx = index.context(st, i, k);
+      std::vector<Value> in, out;
+      if (op.dir == Dir::kF) {
+        in = forward_inputs(part, ctx, L);
+        out = forward_outputs(part, ctx, L);
+      } else if (op.dir != Dir::kW) {
+        in = backward_inputs(part, ctx, L);
+        out = backward_outputs(part, ctx, L);
+      }
+      for (const Value& v : in) {
+        if (have[st].count(key(v, op.mb))) continue;
+        if (data_errors++ < 10)
+          err.add("{}: {} needs {} of micro-batch {}, which is neither produced earlier on stage "
+                  "{} nor received there",
+                  where(s, st, i), part.str(), v.str(), op.mb, st);
+      }
+      for (const Value& v : out) have[st].insert(key(v, op.mb));
+    }
+  };
+  for (;;) {
+    bool moved = false;
+    for (int st = 0; st < p; ++st) {
+      const auto& prog = s.stages[st].lowered;
+      while (pc[st] < prog.size()) {
+        const LoweredOp& op = prog[pc[st]];
+        if (op.kind == OpKind::kCompute) {
+          run_compute(st, op.index);
+        } else {
+          const int mi = idx_of.at(op.index);
+          const Message& m = s.messages[mi];
+          if (op.kind == OpKind::kSendStart) {
+            sent[mi] = 1;
+          } else if (op.kind == OpKind::kRecvStart) {
+            posted[mi] = 1;
+          } else {
+            if (op.kind == OpKind::kRecvWait) posted[mi] = 1;  // a blocking receive posts itself
+            advance_link(m.src, m.dst);
+            if (!done[mi]) break;
+            if (op.kind == OpKind::kRecvWait)
+              for (const std::string& v : m.values) have[st].insert(key(Value::parse(v), m.mb));
+          }
+          advance_link(m.src, m.dst);
+        }
+        ++pc[st];
+        moved = true;
+      }
+    }
+    if (!moved) break;
+  }
+  if (data_errors > 10) err.add("... and {} more missing inputs", data_errors - 10);
+  std::vector<int> stuck;
+  for (int st = 0; st < p; ++st)
+    if (pc[st] < s.stages[st].lowered.size()) stuck.push_back(st);
+  if (stuck.empty()) return;
+  std::string head_line = "deadlock under blocking in-order execution: ";
+  head_line += fmt::format("{} of {} stages can never finish", stuck.size(), p);
+  err.add("{}", head_line);
+  auto state = [&](int st) {
+    if (pc[st] >= s.stages[st].lowered.size()) return std::string("has finished");
+    return fmt::format("is itself stuck at lowered op {} ({})", pc[st],
+                       lowered_label(s, by_id, st, s.stages[st].lowered[pc[st]]));
+  };
+  for (int st : stuck) {
+    const LoweredOp& op = s.stages[st].lowered[pc[st]];
+    const int mi = idx_of.at(op.index);
+    const Message& m = s.messages[mi];
+    std::string why;
+    const auto& q = link[{m.src, m.dst}];
+    if (op.kind == OpKind::kRecvWait && !sent[mi]) {
+      why = fmt::format("stage {} has not started sending it (it would right after {}), and "
+                        "stage {} {}",
+                        m.src, where(s, m.src, m.producer), m.src, state(m.src));
+    } else if (op.kind == OpKind::kSendWait && !posted[mi]) {
+      why = fmt::format("stage {} has not posted its receive (needed by {}), and stage {} {}",
+                        m.dst, where(s, m.dst, m.consumer), m.dst, state(m.dst));
+    } else {
+      const int blocker = q[head[{m.src, m.dst}]];
+      const Message& b = s.messages[blocker];
+      why = fmt::format("it is queued on link {} -> {} behind {}, whose {} is missing", m.src,
+                        m.dst, msg_label(b), !sent[blocker] ? "send" : "receive");
+    }
+    err.add("stage {} is stuck at lowered op {}: {} of {}, consumed by {}: {}", st, pc[st],
+            op_kind_str(op.kind), msg_label(m), where(s, m.dst, m.consumer), why);
+  }
+  // The grid: a window of each stage's lowered program around where it stopped.
+  std::string g = "ops around the deadlock ('>>' marks where each stage is stuck):\n";
+  for (int st = 0; st < p; ++st) {
+    const auto& prog = s.stages[st].lowered;
+    const size_t at = std::min(pc[st], prog.size());
+    const size_t from = at >= 4 ? at - 4 : 0, to = std::min(prog.size(), at + 4);
+    g += fmt::format("  stage {:>2} |", st);
+    if (from > 0) g += " ...";
+    for (size_t j = from; j < to; ++j)
+      g += (j == at ? " >>" : " ") + lowered_label(s, by_id, st, prog[j]);
+    if (at >= prog.size()) g += " >>(finished)";
+    else if (to < prog.size()) g += " ...";
+    g += "\n";
+  }
+  *grid = g;
+  err.finish();
+}
+
+}  // namespace
+
+int64_t stash_bytes(const std::vector<StashItem>& items, const ModelConfig& cfg,
+                    int64_t tokens_per_mb, int bytes_per_elem) {
+  int64_t n = 0;
+  for (const StashItem& it : items) n += value_elems(it.value, cfg, tokens_per_mb);
+  return n * bytes_per_elem;
+}
+
+std::vector<std::vector<StashItem>> stash_trace(const Schedule& s, int stage) {
+  const ScheduleIndex index(s);
+  const int L = s.layers;
+  std::map<StashItem, int> held;  // refcount per (value, mb)
+  auto add = [&](const std::vector<Value>& vs, int mb) {
+    for (const Value& v : vs) held[StashItem{v, mb}]++;
+  };
+  auto drop = [&](const std::vector<Value>& vs, int mb) {
+    for (const Value& v : vs) {
+      auto it = held.find(StashItem{v, mb});
+      if (it != held.end() && --it->second == 0) held.erase(it);
+    }
+  };
+  std::vector<std::vector<StashItem>> out;
+  const auto& ops = s.stages[stage].ops;
+  for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+    const ComputeOp& op = ops[i];
+    for (int k = 0; k < static_cast<int>(op.parts.size()); ++k) {
+      const Part& part = op.parts[k];
+      // The forward's context decides what was kept (first_in_op differs between F and B ops).
+      const PartLocation& f = index.forward(part, op.mb);
+      const PartContext fctx = f.found() ? index.context(f.stage, f.op, f.pos) : index.context(stage, i, k);
+      const PartContext ctx = index.context(stage, i, k);
+      switch (op.dir) {
+        case Dir::kF: add(forward_stash(part, ctx, L), op.mb); break;
+        case Dir::kB: drop(forward_stash(part, fctx, L), op.mb); break;
+        case Dir::kI:
+          add(weight_stash(part, ctx, L), op.mb);
+          drop(forward_stash(part, fctx, L), op.mb);
+          break;
+        case Dir::kW: drop(weight_stash(part, ctx, L), op.mb); break;
+      }
+    }
+    std::vector<StashItem> now;
+    for (const auto& [item, count] : held) now.push_back(item);
+    out.push_back(std::move(now));
+  }
+  return out;
+}
+
+ValidationReport validate(const Schedule& s, const ValidateOptions& opt) {
+  ValidationReport r;
+  Errors err{&r.errors};
+  check_shape(s, err);
+  if (err.any()) return r;
+  const ScheduleIndex index(s);
+  check_placement(s, index, err);
+  if (err.any()) return r;
+
+  Schedule low = s;
+  if (!s.is_lowered()) {
+    try {
+      lower(low, opt.model, opt.tokens_per_mb);
+    } catch (const Error& e) {
+      err.add("{}", e.what());
+      return r;
+    }
+  }
+  const ScheduleIndex low_index(low);
+  check_lowered(low, low_index, opt, err);
+  if (err.any()) return r;
+  check_matching(low, err);
+  if (err.any()) return r;
+  check_execution(low, low_index, err, &r.deadlock_grid);
+
+  for (int st = 0; st < s.num_stages; ++st) r.compute_ops += static_cast<int>(s.stages[st].ops.size());
+  r.messages = static_cast<int>(low.messages.size());
+  for (const Message& m : low.messages) r.message_bytes += m.bytes;
+  r.peak_stash_bytes.assign(s.num_stages, 0);
+  r.peak_stash_items.assign(s.num_stages, 0);
+  r.peak_after_op.assign(s.num_stages, -1);
+  for (int st = 0; st < s.num_stages; ++st) {
+    const auto trace = stash_trace(s, st);
+    for (int i = 0; i < static_cast<int>(trace.size()); ++i) {
+      const int64_t bytes =
+          opt.model && opt.tokens_per_mb > 0
+              ? stash_bytes(trace[i], *opt.model, opt.tokens_per_mb, opt.bytes_per_elem)
+              : 0;
+      const bool higher = opt.model ? bytes > r.peak_stash_bytes[st]
+                                    : static_cast<int>(trace[i].size()) > r.peak_stash_items[st];
+      if (higher) {
+        r.peak_stash_bytes[st] = bytes;
+        r.peak_stash_items[st] = static_cast<int>(trace[i].size());
+        r.peak_after_op[st] = i;
+      }
+    }
+  }
+  return r;
+}
+
+std::string ValidationReport::text(const Schedule& s) const {
+  std::string out;
+  std::string title = fmt::format("schedule '{}' (stages {}, micro-batches {}, layers {}", s.name,
+                                  s.num_stages, s.microbatches, s.layers);
+  if (s.folds > 1) title += fmt::format(", folds {}", s.folds);
+  if (s.virtual_stages > 1) title += fmt::format(", virtual {}", s.virtual_stages);
+  title += fmt::format(", recompute {}, transfer {})", recompute_str(s.recompute),
+                       transfer_str(s.transfer));
+  if (!ok()) {
+    out += fmt::format("INVALID: {}: {} error{}\n", title, errors.size(),
+                       errors.size() == 1 ? "" : "s");
+    for (const std::string& e : errors) out += "  - " + e + "\n";
+    out += deadlock_grid;
+    return out;
+  }
+  out += fmt::format("ok: {}\n", title);
+  out += fmt::format("  {} compute ops, {} messages", compute_ops, messages);
+  if (message_bytes > 0) out += fmt::format(" ({:.3f} MiB)", static_cast<double>(message_bytes) / (1 << 20));
+  out += "; every part runs once where it belongs, inputs arrive before use, sends and receives "
+         "match, no deadlock\n";
+  out += "  peak stash per stage:\n";
+  for (size_t st = 0; st < peak_stash_items.size(); ++st) {
+    out += fmt::format("    stage {:>2}: {:>5} values", st, peak_stash_items[st]);
+    if (peak_stash_bytes[st] > 0)
+      out += fmt::format(", {:>12} bytes ({:.2f} MiB)", peak_stash_bytes[st],
+                         static_cast<double>(peak_stash_bytes[st]) / (1 << 20));
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace hp
