@@ -1,9 +1,63 @@
-// helixpipe eval: placeholder until issue 3 lands.
+// helixpipe eval: mean token loss and perplexity of a checkpoint over a data file, read as
+// consecutive sequences from its start (forward only). Prints {"loss": ..., "ppl": ...} last.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
 #include "cli/commands.h"
+#include "cli/train_cli.h"
+#include "data/token_file.h"
+#include "runtime/trainer.h"
 #include "util/error.h"
 
 namespace hp::cli {
 
-int cmd_eval(int, char**) { fail("'eval' is not built yet (issue 3)"); }
+int cmd_eval(int argc, char** argv) {
+  CLI::App app("Loss and perplexity of a checkpoint on a data file.", "eval");
+  std::string checkpoint, data;
+  int64_t seq_len = 0, batch = 4, max_sequences = 0;
+  int threads = 0;
+  app.add_option("--checkpoint", checkpoint, "model folder (config.json + model.safetensors)")
+      ->required();
+  app.add_option("--data", data, "text file or token file")->required();
+  app.add_option("--seq-len", seq_len, "S: tokens per sequence")->required();
+  app.add_option("--batch-size", batch, "sequences per forward pass (default 4)");
+  app.add_option("--max-sequences", max_sequences,
+                 "evaluate only the first N sequences (default 0: all in the file)");
+  app.add_option("--threads", threads, "compute threads (default 0: OMP_NUM_THREADS or all cores)");
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
+  HP_CHECK(seq_len >= 1, "--seq-len must be >= 1, got {}", seq_len);
+  HP_CHECK(batch >= 1, "--batch-size must be >= 1, got {}", batch);
+  HP_CHECK(max_sequences >= 0, "--max-sequences must be >= 0, got {}", max_sequences);
+  HP_CHECK(threads >= 0, "--threads must be >= 0, got {}", threads);
+
+  const CheckpointInfo info = open_checkpoint(checkpoint);
+  const ModelConfig cfg = checkpoint_model_config(info);
+  HP_CHECK(seq_len <= cfg.max_positions, "--seq-len {} exceeds the model's max_position_embeddings {}",
+           seq_len, cfg.max_positions);
+  Params params(cfg, Params::all_parts(cfg));
+  load_checkpoint_params(info, params);
+  const TokenSource source = TokenSource::open(data);
+  const SequenceReader reader(source, seq_len, cfg.vocab);
+  const int64_t n = max_sequences > 0 ? std::min(max_sequences, reader.sequences()) : reader.sequences();
+  auto kernels = make_cpu_kernels(threads);
+  Model model(cfg, *kernels, params);
+  std::vector<int32_t> tokens, targets;
+  double sum = 0;  // sum of token losses
+  for (int64_t first = 0; first < n; first += batch) {
+    const int64_t rows = std::min(batch, n - first);
+    tokens.resize(rows * seq_len);
+    targets.resize(rows * seq_len);
+    reader.read(first, rows, /*wrap=*/false, tokens.data(), targets.data());
+    sum += eval_loss(model, tokens.data(), targets.data(), rows, seq_len) *
+           static_cast<double>(rows * seq_len);
+  }
+  const double loss = sum / static_cast<double>(n * seq_len);
+  fmt::print("evaluated {} sequences of {} tokens ({} target tokens) from {}\n", n, seq_len,
+             n * seq_len, data);
+  fmt::print("{}\n", nlohmann::json{{"loss", loss}, {"ppl", std::exp(loss)}}.dump());
+  return 0;
+}
 
 }  // namespace hp::cli

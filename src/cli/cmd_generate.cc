@@ -1,9 +1,75 @@
-// helixpipe generate: placeholder until issue 3 lands.
+// helixpipe generate: samples text from a checkpoint, one byte token at a time. Decoding runs the
+// whole (windowed) context forward for every new token: no KV cache yet, so it is O(n^2) in the
+// context and meant for short demos.
+#include <fmt/format.h>
+
+#include <cstdio>
+
 #include "cli/commands.h"
+#include "cli/train_cli.h"
+#include "data/tokenizer.h"
+#include "runtime/sampling.h"
+#include "runtime/trainer.h"
 #include "util/error.h"
+#include "util/rng.h"
 
 namespace hp::cli {
 
-int cmd_generate(int, char**) { fail("'generate' is not built yet (issue 3)"); }
+int cmd_generate(int argc, char** argv) {
+  CLI::App app("Sample text from a checkpoint (byte tokens; temperature and top-k).", "generate");
+  std::string checkpoint, prompt;
+  int64_t n_tokens = 200, top_k = 0, context = 512;
+  double temperature = 0.8;
+  uint64_t seed = 1;
+  int threads = 0;
+  app.add_option("--checkpoint", checkpoint, "model folder (config.json + model.safetensors)")
+      ->required();
+  app.add_option("--prompt", prompt, "text to continue")->required();
+  app.add_option("--tokens", n_tokens, "tokens (bytes) to generate (default 200)");
+  app.add_option("--temperature", temperature, "softmax temperature; 0 = greedy (default 0.8)");
+  app.add_option("--top-k", top_k, "sample among the k most likely tokens (default 0: all)");
+  app.add_option("--seed", seed, "sampling seed (default 1)");
+  app.add_option("--context", context,
+                 "the model sees at most the last N tokens (default 512, capped by "
+                 "max_position_embeddings)");
+  app.add_option("--threads", threads, "compute threads (default 0: OMP_NUM_THREADS or all cores)");
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
+  HP_CHECK(!prompt.empty(), "--prompt is empty; give at least one character to continue");
+  HP_CHECK(n_tokens >= 0, "--tokens must be >= 0, got {}", n_tokens);
+  HP_CHECK(top_k >= 0, "--top-k must be >= 0 (0: all), got {}", top_k);
+  HP_CHECK(temperature >= 0, "--temperature must be >= 0 (0: greedy), got {}", temperature);
+  HP_CHECK(context >= 1, "--context must be >= 1, got {}", context);
+  HP_CHECK(threads >= 0, "--threads must be >= 0, got {}", threads);
+
+  const CheckpointInfo info = open_checkpoint(checkpoint);
+  const ModelConfig cfg = checkpoint_model_config(info);
+  Params params(cfg, Params::all_parts(cfg));
+  load_checkpoint_params(info, params);
+  auto kernels = make_cpu_kernels(threads);
+  Model model(cfg, *kernels, params);
+  context = std::min(context, cfg.max_positions);
+  // Byte tokens only: ids above 255 (a padded vocab) cannot be printed, so they are never sampled.
+  const int64_t limit = std::min<int64_t>(cfg.vocab, kByteVocab);
+  std::vector<int32_t> tokens = byte_encode(prompt);
+  for (int32_t t : tokens) {
+    HP_CHECK(t < cfg.vocab, "the prompt has byte {} but the model's vocab_size is {}", t, cfg.vocab);
+  }
+  std::vector<float> logits(cfg.vocab);
+  Rng rng(seed);
+  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  std::fflush(stdout);
+  for (int64_t i = 0; i < n_tokens; ++i) {
+    const int64_t len = std::min<int64_t>(context, static_cast<int64_t>(tokens.size()));
+    forward_logits(model, tokens.data() + tokens.size() - len, 1, len, logits.data(),
+                   /*last_only=*/true);
+    const int32_t next = sample_token(logits, limit, temperature, top_k, rng);
+    tokens.push_back(next);
+    const char c = static_cast<char>(next);
+    std::fwrite(&c, 1, 1, stdout);
+    std::fflush(stdout);
+  }
+  std::fputc('\n', stdout);
+  return 0;
+}
 
 }  // namespace hp::cli

@@ -37,13 +37,14 @@ struct Batch {
   int64_t tokens_count() const { return batch * seq; }
 };
 
-// What a part keeps from its forward for its backward. values.h's forward_stash(), plus X:l for an
-// attention part that starts an op under full/no-attn when post:l follows it in the same op
-// (post's recomputation needs the residual; values.h leaves it out: see /work/notes/model_api.md).
+// What op.parts[index] keeps from its forward for its backward: values.h's forward_stash() with
+// first_in_op and feeds_next_in_op judged in model order (as the F op runs), whatever order the
+// given context was built in, so F and the matching B/I agree. (Attention starting an op that goes
+// on to post:l keeps X:l: post's recomputation needs the residual.)
 std::vector<Value> part_stash(const ComputeOp& op, size_t index, const PartContext& ctx, int layers);
 
-// Contexts for every part of `op` run on one stage with everything local (attn_remote = false);
-// first_in_op is true for the op's first part in model order. ctx[i] describes op.parts[i].
+// Contexts for every part of `op` run on one stage with everything local (attn_remote = false),
+// in the op's execution order like lower.h's part_context(). ctx[i] describes op.parts[i].
 std::vector<PartContext> local_contexts(const ComputeOp& op, Recompute policy,
                                         TransferMode transfer);
 
@@ -92,8 +93,10 @@ using Model = ModelT<float>;
 
 // Single process, one stage: the mean loss over all batch*seq*microbatches target tokens and its
 // gradient, accumulated (+=) into model.params().grads() (zero them first for a fresh gradient).
-// tokens/targets hold micro-batch j, row r, position i at ((j * batch + r) * seq + i). Runs every
-// micro-batch as one F op and one B op over the whole model (the single-stage schedule).
+// tokens/targets hold micro-batch j, row r, position i at ((j * batch + r) * seq + i). Runs
+// micro-batch j = 0..M-1 in turn: F ops [embed] [pre:l attn:l post:l].. [head], then their B ops in
+// reverse (one op per layer, so recomputation works layer by layer). Any split of the model into
+// ops gives bitwise the same result.
 struct StepOptions {
   Recompute recompute = Recompute::kNone;
   TransferMode transfer = TransferMode::kWeights;

@@ -124,7 +124,13 @@ void ValueStoreT<T>::free_entry(typename std::map<Key, Entry>::iterator it) {
 template <typename T>
 void ValueStoreT<T>::update_peaks() {
   peak_bytes_ = std::max(peak_bytes_, bytes_);
-  peak_stash_bytes_ = std::max(peak_stash_bytes_, stash_bytes_);
+  if (!defer_stash_peak_) peak_stash_bytes_ = std::max(peak_stash_bytes_, stash_bytes_);
+}
+
+template <typename T>
+void ValueStoreT<T>::defer_stash_peak(bool on) {
+  defer_stash_peak_ = on;
+  update_peaks();
 }
 
 template <typename T>

@@ -47,6 +47,10 @@ class ValueStoreT {
   int64_t stash_bytes() const { return stash_bytes_; }
   int64_t peak_stash_bytes() const { return peak_stash_bytes_; }
   void reset_peaks();
+  // While deferred, stash changes do not move peak_stash_bytes(); ending the deferral takes the
+  // stash as it is then. The model defers around an op's stash bookkeeping so the peak is measured
+  // between ops, as the validator's stash trace is (I adds W's stash and drops F's in one step).
+  void defer_stash_peak(bool on);
   // Bytes held by the pool (in use + free buffers kept for reuse), and buffers ever allocated.
   int64_t pool_bytes() const { return pool_bytes_; }
   int64_t allocations() const { return allocations_; }
@@ -72,6 +76,7 @@ class ValueStoreT {
   std::multimap<int64_t, std::unique_ptr<T[]>> pool_;  // free buffers by element count
   int64_t bytes_ = 0, peak_bytes_ = 0, stash_bytes_ = 0, peak_stash_bytes_ = 0;
   int64_t pool_bytes_ = 0, allocations_ = 0;
+  bool defer_stash_peak_ = false;
 };
 
 using ValueStore = ValueStoreT<float>;

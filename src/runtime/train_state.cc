@@ -27,7 +27,11 @@ nlohmann::json TrainState::to_json() const {
   return {{"format", "helixpipe-trainer-state"},
           {"version", 1},
           {"step", step},
-          {"data", {{"next_sequence", next_sequence}, {"seq_len", seq_len}}},
+          {"data",
+           {{"next_sequence", next_sequence},
+            {"seq_len", seq_len},
+            {"microbatch_size", microbatch_size},
+            {"microbatches", microbatches}}},
           {"tokens_seen", tokens_seen},
           {"rng", {{"seed", seed}, {"draws_per_step", 0}}},
           {"lr_schedule", lr.to_json()},
@@ -46,6 +50,8 @@ TrainState TrainState::from_json(const nlohmann::json& j, const std::string& whe
     s.step = j.at("step").get<int64_t>();
     s.next_sequence = j.at("data").at("next_sequence").get<int64_t>();
     s.seq_len = j.at("data").at("seq_len").get<int64_t>();
+    s.microbatch_size = j.at("data").value("microbatch_size", int64_t{0});
+    s.microbatches = j.at("data").value("microbatches", int64_t{0});
     s.tokens_seen = j.at("tokens_seen").get<int64_t>();
     s.seed = j.at("rng").at("seed").get<uint64_t>();
     s.lr = LrSchedule::from_json(j.at("lr_schedule"), where);

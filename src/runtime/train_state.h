@@ -29,6 +29,8 @@ struct TrainState {
   int64_t step = 0;           // updates completed
   int64_t next_sequence = 0;  // global index of the next sequence to read (docs/formats/data.md)
   int64_t seq_len = 0;        // the S that next_sequence counts in
+  int64_t microbatch_size = 0;  // B and M of the run that saved this (0 = not recorded); resume
+  int64_t microbatches = 0;     // uses them as defaults so an identical continuation needs no flags
   int64_t tokens_seen = 0;    // target tokens trained on so far
   uint64_t seed = 0;          // initialization seed (training itself draws no random numbers)
   LrSchedule lr;

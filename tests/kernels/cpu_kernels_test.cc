@@ -167,9 +167,14 @@ TEST_P(CpuKernelsTest, AttentionRejectsBadShapes) {
   EXPECT_THROW(k1_->attention_forward(s, buf.data(), buf.data(), buf.data(), buf.data(), lse.data()),
                Error);
   s.heads = 2;
-  s.head_dim = 12;
+  s.ld_qkv = 1;  // smaller than heads * head_dim
   EXPECT_THROW(k1_->attention_forward(s, buf.data(), buf.data(), buf.data(), buf.data(), lse.data()),
                Error);
+}
+
+// head_dim not a multiple of 8 (toy models) runs the plain loops: still right.
+TEST_P(CpuKernelsTest, AttentionOddHeadDimFallsBack) {
+  for (int64_t d : {2, 4, 12}) check_attention(*k1_, *k2_, *ref_, 2, 20, 4, 2, d);
 }
 
 // The same object called with a smaller then a larger shape, then the first again: scratch is

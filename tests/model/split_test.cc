@@ -105,7 +105,7 @@ TEST_F(SplitTest, EverySplitPolicyAndModeMatchesTheSingleOpRunBitwise) {
 }
 
 // The stash after a micro-batch's forward is exactly the union of the parts' promised stash
-// (values.h forward_stash, plus X:l when attn starts an op that also runs post:l).
+// (values.h forward_stash; attention that starts an op going on to post:l keeps X:l).
 TEST_F(SplitTest, StashEqualsThePromisedValues) {
   const int L = static_cast<int>(cfg_.layers);
   for (const auto& cuts : all_cuts(L)) {
@@ -133,13 +133,8 @@ TEST_F(SplitTest, StashEqualsThePromisedValues) {
           run_one(ops, r, 0, &got);
           ASSERT_EQ(got, expect) << "cuts " << ::testing::PrintToString(cuts) << " policy "
                                  << recompute_str(pol) << " transfer " << transfer_str(tr);
-          // Where no op starts with attn:l and goes on to post:l, values.h's table is all of it.
-          bool attn_then_post = false;
-          for (const auto& parts : ops)
-            attn_then_post |= parts.front().kind == PartKind::kAttn && parts.size() > 1;
-          if (!attn_then_post || pol == Recompute::kNone) {
-            EXPECT_EQ(got, values_bytes(values_h, cfg_, B * S));
-          }
+          // values.h's table (with feeds_next_in_op) says the same.
+          EXPECT_EQ(got, values_bytes(values_h, cfg_, B * S));
         }
   }
 }
@@ -284,6 +279,42 @@ TEST(ModelTest, BadOpsGiveClearErrors) {
   op = test::make_op(Dir::kF, 0, {Part::embed()}, Recompute::kNone);
   EXPECT_THROW(model.run(op, local_contexts(op, Recompute::kNone, TransferMode::kWeights), store, bb),
                Error);
+}
+
+}  // namespace
+}  // namespace hp
+
+namespace hp {
+namespace {
+
+// forward_logits: every position's logits give eval_loss's cross-entropy; last_only picks the last
+// row of each sequence; eval_loss equals the loss of a training step and leaves no gradient.
+TEST(ModelTest, LogitsAndEvalAgreeWithTheTrainingLoss) {
+  const ModelConfig cfg = test::tiny_config();
+  auto kern = make_reference_kernels<double>();
+  ParamsT<double> params(cfg, ParamsT<double>::all_parts(cfg));
+  test::randomize(params, 3);
+  ModelT<double> model(cfg, *kern, params);
+  const int64_t B = 2, S = 7, V = cfg.vocab;
+  auto tok = test::random_tokens(B * S, V, 5), tgt = test::random_tokens(B * S, V, 6);
+  std::vector<double> logits(B * S * V), last(B * V);
+  forward_logits(model, tok.data(), B, S, logits.data(), false);
+  forward_logits(model, tok.data(), B, S, last.data(), true);
+  double ce = 0;
+  for (int64_t t = 0; t < B * S; ++t) {
+    const double* row = logits.data() + t * V;
+    double mx = *std::max_element(row, row + V), sum = 0;
+    for (int64_t c = 0; c < V; ++c) sum += std::exp(row[c] - mx);
+    ce += mx + std::log(sum) - row[tgt[t]];
+  }
+  ce /= B * S;
+  const double ev = eval_loss(model, tok.data(), tgt.data(), B, S);
+  EXPECT_NEAR(ev, ce, 1e-12);
+  for (int64_t r = 0; r < B; ++r)
+    for (int64_t c = 0; c < V; ++c)
+      EXPECT_EQ(last[r * V + c], logits[((r + 1) * S - 1) * V + c]);
+  for (int64_t i = 0; i < params.size(); ++i) ASSERT_EQ(params.grads()[i], 0.0);
+  EXPECT_NEAR(loss_and_grads(model, tok.data(), tgt.data(), B, S, 1), ev, 1e-12);
 }
 
 }  // namespace

@@ -1,0 +1,82 @@
+// Flags shared by `helixpipe train` and `helixpipe grad`, single-process and distributed
+// (cli/train_dist.*): their definitions, their defaults, and how they resolve into a model config,
+// a step shape and a trainer state (fresh, from a checkpoint, or resumed). docs/training.md lists
+// them. Not here: the training loop (runtime/trainer.h) or any MPI.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "checkpoint/checkpoint.h"
+#include "runtime/trainer.h"
+#include "runtime/train_state.h"
+#include "util/model_config.h"
+
+namespace hp::cli {
+
+// Parses argv into `app`. Returns an exit code when the command should stop now (0 after --help,
+// 2 with a message on stderr for a bad flag), nullopt to go on.
+std::optional<int> parse_flags(CLI::App& app, int argc, char** argv);
+
+struct TrainFlags {
+  // Where the model comes from: exactly one of these.
+  std::string model;       // --model: a preset name or a config JSON (fresh init with --seed)
+  std::string checkpoint;  // --checkpoint: start from these weights (fresh optimizer and state)
+  std::string resume;      // --resume: continue a saved run exactly (weights, optimizer, data, LR)
+  std::string data;        // --data: text file (bytes as tokens) or token file
+  int64_t seq_len = 256;
+  int64_t microbatch_size = 1;
+  int64_t microbatches = 1;
+  int64_t steps = 100;      // total updates of the run (a resumed run counts the saved ones)
+  int64_t stop_after = 0;   // end this process after this step (0: run to --steps)
+  double lr = 3e-3;
+  int64_t warmup = 0;
+  double min_lr = -1;       // < 0: lr / 10
+  double weight_decay = 0.1;
+  double clip = 1.0;
+  uint64_t seed = 1234;
+  int threads = 0;          // 0: all cores (OMP_NUM_THREADS if set)
+  int64_t mlp_chunk = 0;
+  std::string recompute = "none";
+  std::string save;
+  int64_t save_every = 0;   // 0: save only at the end
+  std::string log;          // JSONL metrics
+  std::string loss_svg;
+  double peak_gflops = 0;   // > 0: report MFU against this peak
+};
+
+// Adds the flags above to `app`.
+void add_train_flags(CLI::App& app, TrainFlags& f);
+
+// What the flags resolve to.
+struct TrainPlan {
+  ModelConfig cfg;
+  std::optional<CheckpointInfo> source;  // weights to load (--checkpoint or --resume)
+  bool resumed = false;                  // --resume: load the optimizer too
+  StepShape shape;
+  TrainState state;                      // fresh, or the saved one with flag overrides applied
+  ModelOptions model_options;
+  std::string notes;                     // lines to print (e.g. a resumed run that changed its LR)
+};
+
+// Checks the flags (clear hp::Error for each bad combination) and resolves them. `app` tells which
+// flags were given explicitly: on --resume, only those override the saved settings.
+TrainPlan resolve_train_flags(const TrainFlags& f, const CLI::App& app);
+
+struct GradFlags {
+  std::string checkpoint, data, out;
+  int64_t seq_len = 0, microbatch_size = 1, microbatches = 1;
+  int threads = 0;
+  int64_t mlp_chunk = 0;
+  std::string recompute = "none";
+};
+
+void add_grad_flags(CLI::App& app, GradFlags& f);
+
+// Checks grad flags (all required ones present, sizes positive).
+void check_grad_flags(const GradFlags& f);
+
+}  // namespace hp::cli

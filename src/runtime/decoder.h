@@ -1,0 +1,45 @@
+// Incremental decoding for `helixpipe generate`: one token at a time with a key/value cache, so
+// each new token costs one pass over the weights plus attention over the cached positions instead
+// of a forward pass over the whole context. Plain loops (single token: matrix-vector products),
+// written independently of the training parts in src/model, with dot products accumulated in
+// double; a test checks it against Model's forward_logits. Inference only, whole model in one
+// process.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/params.h"
+#include "util/model_config.h"
+
+namespace hp {
+
+class IncrementalDecoder {
+ public:
+  // `params` must hold the whole model and outlive the decoder. The cache holds at most
+  // `max_context` positions (<= max_position_embeddings).
+  IncrementalDecoder(Params& params, int64_t max_context);
+
+  int64_t length() const { return length_; }  // positions in the cache
+  int64_t max_context() const { return max_context_; }
+  void reset() { length_ = 0; }
+
+  // Appends `token` at position length() and returns the logits (vocab) that predict the next
+  // token. Throws hp::Error when the cache is full (reset and re-feed a shorter context).
+  std::span<const float> push(int32_t token);
+
+ private:
+  void matvec(const float* w, const float* x, int64_t rows, int64_t cols, float* y) const;
+  void rmsnorm(const float* x, const float* g, float* y) const;
+
+  Params& params_;
+  ModelConfig cfg_;
+  int64_t max_context_;
+  int64_t length_ = 0;
+  // Per layer: keys and values, [max_context, kv_dim] each, rotary already applied to keys.
+  std::vector<std::vector<float>> k_cache_, v_cache_;
+  std::vector<float> x_, a_, qkv_, o_, y_, gate_, up_, logits_, scores_;
+};
+
+}  // namespace hp

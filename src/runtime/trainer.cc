@@ -1,0 +1,146 @@
+// Single-process trainer and the checkpoint <-> Params glue.
+#include "runtime/trainer.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "runtime/model_io.h"
+#include "util/error.h"
+
+namespace hp {
+
+std::vector<ParamRef> param_refs(Params& params) {
+  std::vector<ParamRef> refs;
+  refs.reserve(params.tensors().size());
+  for (const ParamTensor& t : params.tensors()) {
+    refs.push_back({t.name, t.shape, params.data() + t.offset, params.grads() + t.offset});
+  }
+  return refs;
+}
+
+std::vector<double> grad_square_partials(const Params& params) {
+  std::vector<double> partials;
+  partials.reserve(params.tensors().size());
+  for (const ParamTensor& t : params.tensors()) {
+    partials.push_back(sum_squares(params.grads() + t.offset, t.numel));
+  }
+  return partials;
+}
+
+ModelConfig checkpoint_model_config(const CheckpointInfo& info) {
+  return model_config_from_hf(info.config, info.dir + "/" + kConfigFile);
+}
+
+void load_checkpoint_params(const CheckpointInfo& info, Params& params) {
+  load_model_safetensors(info.model_path, params.config(), [&](const std::string& name) -> float* {
+    return params.find(name) ? params.param(name) : nullptr;
+  });
+}
+
+void save_training_checkpoint(const std::string& dir, Params& params, AdamW* opt,
+                              const TrainState* state) {
+  const ModelConfig& cfg = params.config();
+  CheckpointContents c;
+  c.config = model_config_to_hf(cfg);
+  c.model = model_write_tensors(cfg, [&](const std::string& name) -> const float* {
+    HP_CHECK(params.find(name) != nullptr,
+             "cannot save '{}': this process does not hold tensor '{}'", dir, name);
+    return params.param(name);
+  });
+  std::vector<ParamRef> refs;
+  if (opt != nullptr) {
+    refs = param_refs(params);
+    c.optimizer = opt->state_tensors(refs);
+  }
+  if (state != nullptr) c.trainer_state = state->to_json();
+  save_checkpoint(dir, c);
+}
+
+void StepShape::validate() const {
+  HP_CHECK(seq_len >= 1, "--seq-len must be >= 1, got {}", seq_len);
+  HP_CHECK(microbatch_size >= 1, "--microbatch-size must be >= 1, got {}", microbatch_size);
+  HP_CHECK(microbatches >= 1, "--microbatches must be >= 1, got {}", microbatches);
+}
+
+void read_step_batch(const SequenceReader& reader, int64_t first, const StepShape& shape, bool wrap,
+                     std::vector<int32_t>& tokens, std::vector<int32_t>& targets) {
+  HP_CHECK(reader.seq_len() == shape.seq_len, "internal: reader S {} vs step S {}",
+           reader.seq_len(), shape.seq_len);
+  tokens.resize(shape.tokens());
+  targets.resize(shape.tokens());
+  // Micro-batch j, row r = sequence first + j*B + r: all B*M sequences are consecutive.
+  reader.read(first, shape.sequences(), wrap, tokens.data(), targets.data());
+}
+
+Trainer::Trainer(const ModelConfig& cfg, Kernels<float>& kernels, Params& params,
+                 ModelOptions model_opt, StepShape shape, TrainState state)
+    : cfg_(cfg),
+      params_(params),
+      model_(std::make_unique<Model>(cfg, kernels, params, model_opt)),
+      shape_(shape),
+      state_(std::move(state)),
+      opt_(state_.adamw),
+      refs_(param_refs(params)) {
+  shape_.validate();
+  state_.lr.validate();
+  state_.seq_len = shape_.seq_len;
+  state_.microbatch_size = shape_.microbatch_size;
+  state_.microbatches = shape_.microbatches;
+}
+
+void Trainer::load_optimizer(const std::string& path) {
+  const SafetensorsReader file = SafetensorsReader::open(path);
+  opt_.load_state(file, refs_, state_.step);
+}
+
+StepRecord Trainer::step(const SequenceReader& data) {
+  const auto t0 = std::chrono::steady_clock::now();
+  read_step_batch(data, state_.next_sequence, shape_, /*wrap=*/true, tokens_, targets_);
+  params_.zero_grad();
+  StepOptions so;
+  so.recompute = shape_.recompute;
+  const double loss =
+      loss_and_grads(*model_, tokens_.data(), targets_.data(), shape_.microbatch_size,
+                     shape_.seq_len, static_cast<int>(shape_.microbatches), so);
+  const std::vector<double> partials = grad_square_partials(params_);
+  const double norm = global_norm_from_partials(partials);
+  HP_CHECK(std::isfinite(loss) && std::isfinite(norm),
+           "step {}: the loss ({}) or the gradient norm ({}) is not finite; training diverged. "
+           "Lower --lr, raise --warmup, or keep --clip > 0",
+           state_.step + 1, loss, norm);
+  const double lr = state_.lr.at(state_.step);
+  opt_.step(refs_, lr, clip_factor(norm, state_.clip));
+  state_.step += 1;
+  state_.next_sequence += shape_.sequences();
+  state_.tokens_seen += shape_.tokens();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  StepRecord r;
+  r.step = state_.step;
+  r.loss = loss;
+  r.lr = lr;
+  r.grad_norm = norm;
+  r.seconds = secs;
+  r.tokens_per_s = secs > 0 ? static_cast<double>(shape_.tokens()) / secs : 0;
+  state_.history.push_back(r);
+  return r;
+}
+
+void Trainer::save(const std::string& dir) {
+  save_training_checkpoint(dir, params_, &opt_, &state_);
+}
+
+double train_step_flops(const ModelConfig& cfg, const StepShape& shape) {
+  const double h = static_cast<double>(cfg.hidden);
+  const double matrix_params =
+      static_cast<double>(cfg.layers) *
+          (static_cast<double>(cfg.qkv_dim()) * h + h * h + 3.0 * h * cfg.intermediate) +
+      static_cast<double>(cfg.vocab) * h;  // LM head (the embedding lookup is no matmul)
+  const double tokens = static_cast<double>(shape.tokens());
+  // Causal attention counted once over the triangle: a token sees s/2 keys on average, so QK^T
+  // and PV cost s*h FLOPs each per token forward; backward is twice forward.
+  const double attn = 3.0 * 2.0 * static_cast<double>(shape.seq_len) * h * cfg.layers;
+  return tokens * (6.0 * matrix_params + attn);
+}
+
+}  // namespace hp

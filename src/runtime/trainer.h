@@ -1,0 +1,102 @@
+// Single-process training: checkpoints <-> Params, one optimizer step (gradient accumulation over
+// micro-batches, global-norm clipping, AdamW, warmup + cosine LR), and resumable state. The
+// pipelined runtime (executor) reuses the checkpoint helpers; the CLI (cli/cmd_train.cc) drives the
+// loop and prints progress.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "data/batching.h"
+#include "data/token_file.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "model/params.h"
+#include "runtime/optimizer.h"
+#include "runtime/train_state.h"
+#include "util/model_config.h"
+
+namespace hp {
+
+// The optimizer's view of every parameter a Params holds (name, shape, value, gradient).
+std::vector<ParamRef> param_refs(Params& params);
+
+// Per-tensor sums of squares of the gradients, in tensor order (global_norm_from_partials).
+std::vector<double> grad_square_partials(const Params& params);
+
+// config.json of an opened checkpoint as a ModelConfig (model_io rules).
+ModelConfig checkpoint_model_config(const CheckpointInfo& info);
+
+// Loads the tensors `params` holds from the checkpoint's model.safetensors (the other tensors must
+// be in the file but are skipped: a pipeline stage loads its own parts only).
+void load_checkpoint_params(const CheckpointInfo& info, Params& params);
+
+// Writes a checkpoint folder: config.json + model.safetensors, plus optimizer.safetensors and
+// trainer_state.json when `opt`/`state` are given. `params` must hold the whole model.
+void save_training_checkpoint(const std::string& dir, Params& params, AdamW* opt,
+                              const TrainState* state);
+
+// The shape of one training step.
+struct StepShape {
+  int64_t seq_len = 256;         // S
+  int64_t microbatch_size = 1;   // B: sequences per micro-batch
+  int64_t microbatches = 1;      // M: micro-batches accumulated per step
+  Recompute recompute = Recompute::kNone;
+  int64_t sequences() const { return microbatch_size * microbatches; }
+  int64_t tokens() const { return sequences() * seq_len; }  // target tokens per step
+  void validate() const;  // hp::Error naming the flag
+};
+
+// Reads B*M consecutive sequences starting at global sequence `first` into tokens/targets laid out
+// as loss_and_grads wants them (micro-batch j, row r is sequence first + j*B + r). With `wrap`,
+// indices wrap around the end of the data (training epochs); without, they must all exist.
+void read_step_batch(const SequenceReader& reader, int64_t first, const StepShape& shape, bool wrap,
+                     std::vector<int32_t>& tokens, std::vector<int32_t>& targets);
+
+// A whole-model training run in one process. Holds the model, parameters, optimizer and state;
+// step() runs one update on the next global batch of the data.
+class Trainer {
+ public:
+  // `params` must hold the whole model (Params::all_parts). The state carries the LR schedule,
+  // AdamW settings, clip, the data position and history (fresh or from a checkpoint).
+  Trainer(const ModelConfig& cfg, Kernels<float>& kernels, Params& params, ModelOptions model_opt,
+          StepShape shape, TrainState state);
+
+  // Loads optimizer moments and step count from a checkpoint's optimizer.safetensors.
+  void load_optimizer(const std::string& path);
+
+  // One update: zero grads, mean loss and gradient over B*M sequences from state().next_sequence
+  // (wrapping around the data), global norm, clip, AdamW with lr = schedule.at(step). Throws
+  // hp::Error when the loss or the gradient is not finite (what to try is in the message).
+  StepRecord step(const SequenceReader& data);
+
+  // Saves model + optimizer + trainer state.
+  void save(const std::string& dir);
+
+  const TrainState& state() const { return state_; }
+  TrainState& state() { return state_; }
+  const StepShape& shape() const { return shape_; }
+  Params& params() { return params_; }
+  Model& model() { return *model_; }
+  AdamW& optimizer() { return opt_; }
+
+ private:
+  ModelConfig cfg_;
+  Params& params_;
+  std::unique_ptr<Model> model_;
+  StepShape shape_;
+  TrainState state_;
+  AdamW opt_;
+  std::vector<ParamRef> refs_;
+  std::vector<int32_t> tokens_, targets_;
+};
+
+// Model FLOPs of one training step (forward + backward, no recomputation counted): 6 * (matrix
+// parameters) per token plus causal attention (about 6 * s * h per token per layer for fwd+bwd).
+double train_step_flops(const ModelConfig& cfg, const StepShape& shape);
+
+}  // namespace hp

@@ -1,0 +1,436 @@
+// The training commands end to end, by running the helixpipe binary: init -> grad equals the
+// model's own loss_and_grads on the sequences the spec names; grad file layout; eval; resume
+// reproduces an uninterrupted run bit for bit; loss falls on text; generate; bad inputs fail with
+// a clear message and a non-zero exit.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "model/params.h"
+#include "runtime/model_io.h"
+#include "util/atomic_file.h"
+#include "util/rng.h"
+
+namespace hp {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CmdResult {
+  int rc = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CmdResult helixpipe(const std::string& args) {
+  const std::string cmd = std::string(HP_BINARY_DIR) + "/helixpipe " + args + " 2>&1";
+  CmdResult r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string last_line(const std::string& s) {
+  std::string t = s;
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  const size_t pos = t.rfind('\n');
+  return pos == std::string::npos ? t : t.substr(pos + 1);
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("hp_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    // English-like text from a fixed word list: a byte model learns its spelling quickly.
+    const char* words[] = {"the", "king", "said", "unto", "them", "and", "it", "was", "good",
+                           "light", "land", "water", "of", "in", "that", "he", "made", "day"};
+    Rng rng(7);
+    std::string text;
+    while (text.size() < 40000) {
+      const int n = 5 + static_cast<int>(rng.uniform() * 8);
+      for (int i = 0; i < n; ++i) {
+        std::string w = words[static_cast<int>(rng.uniform() * 18)];
+        if (i == 0) w[0] = static_cast<char>(w[0] - 'a' + 'A');
+        text += w + (i + 1 < n ? " " : ".\n");
+      }
+    }
+    write_file_atomic(path("text.txt"), text);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+std::vector<float> read_tensor(const SafetensorsReader& f, const std::string& name) {
+  const StTensorInfo* t = f.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t) return {};
+  std::vector<float> v(t->numel());
+  f.read_f32(name, t->shape, v.data());
+  return v;
+}
+
+// Loss and gradients computed here with the library, reading the data by the spec's formula.
+struct Reference {
+  double loss;
+  std::map<std::string, std::vector<float>> grads;
+};
+
+Reference reference_grad(const std::string& ckpt, const std::string& data, int64_t S, int64_t B,
+                         int64_t M) {
+  const CheckpointInfo info = open_checkpoint(ckpt);
+  const ModelConfig cfg = model_config_from_hf(info.config, "config");
+  Params params(cfg, Params::all_parts(cfg));
+  load_model_safetensors(info.model_path, cfg, [&](const std::string& n) { return params.param(n); });
+  const std::string bytes = read_file(data);
+  std::vector<int32_t> tokens(B * M * S), targets(B * M * S);
+  for (int64_t j = 0; j < M; ++j) {
+    for (int64_t r = 0; r < B; ++r) {
+      const int64_t k = j * B + r;
+      for (int64_t i = 0; i < S; ++i) {
+        tokens[(j * B + r) * S + i] = static_cast<uint8_t>(bytes[k * S + i]);
+        targets[(j * B + r) * S + i] = static_cast<uint8_t>(bytes[k * S + i + 1]);
+      }
+    }
+  }
+  auto kernels = make_cpu_kernels(1);
+  Model model(cfg, *kernels, params);
+  params.zero_grad();
+  Reference ref;
+  ref.loss = loss_and_grads(model, tokens.data(), targets.data(), B, S, static_cast<int>(M));
+  for (const ParamTensor& t : params.tensors()) {
+    const float* g = params.grads() + t.offset;
+    ref.grads[t.name].assign(g, g + t.numel);
+  }
+  return ref;
+}
+
+TEST_F(CliTest, InitWritesHuggingFaceLayout) {
+  const CmdResult r = helixpipe("init --model=tiny --seed=5 --out=" + path("m"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const CheckpointInfo info = open_checkpoint(path("m"));
+  EXPECT_TRUE(info.has_marker);
+  EXPECT_EQ(info.config["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(info.config["num_key_value_heads"], 2);
+  const ModelConfig cfg = model_config_from_hf(info.config, "config");
+  const auto file = SafetensorsReader::open(info.model_path);
+  const auto specs = hf_tensor_specs(cfg);
+  ASSERT_EQ(file.tensors().size(), specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_EQ(file.tensors()[i].name, specs[i].name);
+    EXPECT_EQ(file.tensors()[i].shape, specs[i].shape);
+    EXPECT_EQ(file.tensors()[i].dtype, StDType::kF32);
+  }
+  // The values are the model's own seeded initialization.
+  Params params(cfg, Params::all_parts(cfg));
+  params.init(5);
+  for (const ParamTensor& t : params.tensors()) {
+    const std::vector<float> want(params.data() + t.offset, params.data() + t.offset + t.numel);
+    EXPECT_EQ(read_tensor(file, t.name), want) << t.name;
+  }
+  // Another seed gives other values.
+  ASSERT_EQ(helixpipe("init --model=tiny --seed=6 --out=" + path("m6")).rc, 0);
+  const auto other = SafetensorsReader::open(path("m6") + "/model.safetensors");
+  EXPECT_NE(read_tensor(other, "model.layers.0.self_attn.q_proj.weight"),
+            read_tensor(file, "model.layers.0.self_attn.q_proj.weight"));
+}
+
+TEST_F(CliTest, GradEqualsModelLossAndGrads) {
+  // Untied preset and a tied GQA config from a JSON file.
+  write_file_atomic(path("tied.json"),
+                    R"({"hidden_size": 32, "intermediate_size": 40, "num_attention_heads": 4,
+                        "num_key_value_heads": 1, "num_hidden_layers": 2, "vocab_size": 256,
+                        "tie_word_embeddings": true})");
+  for (const std::string& model : {std::string("tiny"), path("tied.json")}) {
+    SCOPED_TRACE(model);
+    fs::remove_all(path("m"));
+    ASSERT_EQ(helixpipe("init --model=" + model + " --seed=11 --out=" + path("m")).rc, 0);
+    const int64_t S = 24, B = 2, M = 3;
+    const CmdResult r = helixpipe(fmt::format(
+        "grad --checkpoint={} --data={} --seq-len={} --microbatch-size={} --microbatches={} "
+        "--out={} --threads=1",
+        path("m"), path("text.txt"), S, B, M, path("g.safetensors")));
+    ASSERT_EQ(r.rc, 0) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(last_line(r.out));
+    ASSERT_TRUE(j.contains("loss")) << r.out;
+    const Reference ref = reference_grad(path("m"), path("text.txt"), S, B, M);
+    EXPECT_EQ(j["loss"].get<double>(), ref.loss);
+    EXPECT_GT(ref.loss, 4.0);  // near ln(256) for a fresh model
+    const auto file = SafetensorsReader::open(path("g.safetensors"));
+    const CheckpointInfo info = open_checkpoint(path("m"));
+    const auto specs = hf_tensor_specs(model_config_from_hf(info.config, "config"));
+    ASSERT_EQ(file.tensors().size(), specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      EXPECT_EQ(file.tensors()[i].name, specs[i].name);
+      EXPECT_EQ(file.tensors()[i].shape, specs[i].shape);
+      EXPECT_EQ(file.tensors()[i].dtype, StDType::kF32);
+      EXPECT_EQ(read_tensor(file, specs[i].name), ref.grads.at(specs[i].name)) << specs[i].name;
+    }
+  }
+}
+
+TEST_F(CliTest, GradReadsTheSpecifiedSequences) {
+  // Changing a byte beyond the last target of B*M sequences leaves the loss unchanged; changing
+  // the last target changes it.
+  ASSERT_EQ(helixpipe("init --model=tiny --out=" + path("m")).rc, 0);
+  const int64_t S = 16, B = 2, M = 2;
+  std::string text = read_file(path("text.txt"));
+  auto grad_loss = [&](const std::string& t) {
+    write_file_atomic(path("t.txt"), t);
+    const CmdResult r = helixpipe(fmt::format("grad --checkpoint={} --data={} --seq-len={} "
+                                        "--microbatch-size={} --microbatches={} --out={}",
+                                        path("m"), path("t.txt"), S, B, M, path("g.st")));
+    EXPECT_EQ(r.rc, 0) << r.out;
+    return nlohmann::json::parse(last_line(r.out))["loss"].get<double>();
+  };
+  const double base = grad_loss(text);
+  std::string after = text;
+  after[B * M * S + 1] = after[B * M * S + 1] == 'x' ? 'y' : 'x';
+  EXPECT_EQ(grad_loss(after), base);
+  std::string last = text;
+  last[B * M * S] = last[B * M * S] == 'x' ? 'y' : 'x';
+  EXPECT_NE(grad_loss(last), base);
+}
+
+TEST_F(CliTest, EvalMatchesGradLossAndPerplexity) {
+  ASSERT_EQ(helixpipe("init --model=tiny --seed=2 --out=" + path("m")).rc, 0);
+  const CmdResult g = helixpipe("grad --checkpoint=" + path("m") + " --data=" + path("text.txt") +
+                          " --seq-len=32 --microbatch-size=3 --microbatches=2 --out=" + path("g.st"));
+  ASSERT_EQ(g.rc, 0) << g.out;
+  const double grad_loss = nlohmann::json::parse(last_line(g.out))["loss"].get<double>();
+  const CmdResult e = helixpipe("eval --checkpoint=" + path("m") + " --data=" + path("text.txt") +
+                          " --seq-len=32 --max-sequences=6 --batch-size=4");
+  ASSERT_EQ(e.rc, 0) << e.out;
+  const nlohmann::json j = nlohmann::json::parse(last_line(e.out));
+  EXPECT_NEAR(j["loss"].get<double>(), grad_loss, 1e-6 * grad_loss);
+  EXPECT_NEAR(j["ppl"].get<double>(), std::exp(j["loss"].get<double>()), 1e-9 * j["ppl"].get<double>());
+}
+
+std::vector<double> log_losses(const std::string& path) {
+  std::vector<double> v;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) v.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  return v;
+}
+
+TEST_F(CliTest, ResumeReproducesTheUninterruptedRun) {
+  const std::string common = "--model=tiny --data=" + path("text.txt") +
+                             " --seq-len=32 --microbatch-size=2 --microbatches=2 --steps=10 "
+                             "--lr=5e-3 --warmup=2 --threads=1 --seed=9";
+  const CmdResult a = helixpipe("train " + common + " --save=" + path("a") + " --log=" + path("a.jsonl"));
+  ASSERT_EQ(a.rc, 0) << a.out;
+  const CmdResult b1 = helixpipe("train " + common + " --stop-after=5 --save=" + path("b") +
+                           " --log=" + path("b.jsonl"));
+  ASSERT_EQ(b1.rc, 0) << b1.out;
+  // Resume with no run flags: everything comes from the checkpoint.
+  const CmdResult b2 = helixpipe("train --resume=" + path("b") + " --data=" + path("text.txt") +
+                           " --threads=1 --save=" + path("b") + " --log=" + path("b.jsonl"));
+  ASSERT_EQ(b2.rc, 0) << b2.out;
+  EXPECT_NE(b2.out.find("resuming at step 5"), std::string::npos) << b2.out;
+  const auto la = log_losses(path("a.jsonl")), lb = log_losses(path("b.jsonl"));
+  ASSERT_EQ(la.size(), 10u);
+  EXPECT_EQ(la, lb);
+  EXPECT_EQ(read_file(path("a") + "/model.safetensors"), read_file(path("b") + "/model.safetensors"));
+  EXPECT_EQ(read_file(path("a") + "/optimizer.safetensors"),
+            read_file(path("b") + "/optimizer.safetensors"));
+  const auto st = nlohmann::json::parse(read_file(path("b") + "/trainer_state.json"));
+  EXPECT_EQ(st["step"], 10);
+  EXPECT_EQ(st["data"]["next_sequence"], 40);
+  EXPECT_EQ(st["loss_history"].size(), 10u);
+  // The run is over: resuming again asks for more steps.
+  const CmdResult b3 = helixpipe("train --resume=" + path("b") + " --data=" + path("text.txt"));
+  EXPECT_NE(b3.rc, 0);
+  EXPECT_NE(b3.out.find("raise --steps"), std::string::npos) << b3.out;
+}
+
+TEST_F(CliTest, SaveEveryOverridesAndStartingFromWeights) {
+  const std::string data = " --data=" + path("text.txt");
+  const CmdResult a = helixpipe("train --model=tiny" + data +
+                                " --seq-len=16 --microbatch-size=2 --steps=6 --save-every=2 "
+                                "--stop-after=4 --save=" + path("d"));
+  ASSERT_EQ(a.rc, 0) << a.out;
+  auto state = [&] { return nlohmann::json::parse(read_file(path("d") + "/trainer_state.json")); };
+  EXPECT_EQ(state()["step"], 4);
+  EXPECT_EQ(state()["data"]["next_sequence"], 8);
+  // Extending a run: --steps overrides the saved schedule, with a note.
+  const CmdResult b = helixpipe("train --resume=" + path("d") + data + " --steps=8 --save=" + path("d"));
+  ASSERT_EQ(b.rc, 0) << b.out;
+  EXPECT_NE(b.out.find("resuming with changed --steps"), std::string::npos) << b.out;
+  EXPECT_EQ(state()["step"], 8);
+  EXPECT_EQ(state()["lr_schedule"]["total"], 8);
+  EXPECT_EQ(state()["loss_history"].size(), 8u);
+  // --checkpoint takes the weights only: a fresh run from step 0 and sequence 0.
+  const CmdResult c = helixpipe("train --checkpoint=" + path("d") + data +
+                                " --seq-len=16 --steps=1 --save=" + path("e"));
+  ASSERT_EQ(c.rc, 0) << c.out;
+  EXPECT_NE(c.out.find("starting at step 0"), std::string::npos) << c.out;
+  const auto e = nlohmann::json::parse(read_file(path("e") + "/trainer_state.json"));
+  EXPECT_EQ(e["step"], 1);
+  EXPECT_EQ(e["data"]["next_sequence"], 1);
+  // Its first loss is the trained model's loss on sequence 0, below a fresh model's.
+  EXPECT_LT(e["loss_history"][0]["loss"].get<double>(),
+            state()["loss_history"][0]["loss"].get<double>());
+}
+
+TEST_F(CliTest, LossFallsOnText) {
+  const CmdResult r = helixpipe("train --model=tiny --data=" + path("text.txt") +
+                          " --seq-len=64 --microbatch-size=4 --steps=60 --lr=1e-2 --warmup=5 "
+                          "--log=" + path("l.jsonl") + " --loss-svg=" + path("l.svg") +
+                          " --save=" + path("m"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto l = log_losses(path("l.jsonl"));
+  ASSERT_EQ(l.size(), 60u);
+  double tail = 0;
+  for (size_t i = 50; i < 60; ++i) tail += l[i];
+  tail /= 10;
+  EXPECT_LT(tail, 0.8 * l[0]) << "first " << l[0] << " last-10 mean " << tail;
+  EXPECT_NE(read_file(path("l.svg")).find("<svg"), std::string::npos);
+  EXPECT_NE(r.out.find("done: 60 steps"), std::string::npos) << r.out;
+  // JSONL fields.
+  std::ifstream in(path("l.jsonl"));
+  std::string line;
+  std::getline(in, line);
+  const auto j = nlohmann::json::parse(line);
+  for (const char* key : {"step", "loss", "lr", "grad_norm", "seconds", "tokens_per_s",
+                          "tokens_seen", "gflops"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  // The trained model is better on this text than a fresh one.
+  const CmdResult e = helixpipe("eval --checkpoint=" + path("m") + " --data=" + path("text.txt") +
+                          " --seq-len=64 --max-sequences=32");
+  ASSERT_EQ(e.rc, 0) << e.out;
+  EXPECT_LT(nlohmann::json::parse(last_line(e.out))["loss"].get<double>(), 0.8 * l[0]);
+  // Generation continues the prompt deterministically for a seed.
+  const CmdResult g1 = helixpipe("generate --checkpoint=" + path("m") +
+                           " --prompt=The --tokens=40 --seed=3 --top-k=5");
+  const CmdResult g2 = helixpipe("generate --checkpoint=" + path("m") +
+                           " --prompt=The --tokens=40 --seed=3 --top-k=5");
+  ASSERT_EQ(g1.rc, 0) << g1.out;
+  EXPECT_EQ(g1.out, g2.out);
+  EXPECT_EQ(g1.out.rfind("The", 0), 0u) << g1.out;
+  EXPECT_EQ(g1.out.size(), 3u + 40u + 1u);
+}
+
+TEST_F(CliTest, TokenizeThenTrainReadsTheSameTokens) {
+  const CmdResult t = helixpipe("tokenize --input=" + path("text.txt") + " --out=" + path("t.tok"));
+  ASSERT_EQ(t.rc, 0) << t.out;
+  ASSERT_EQ(helixpipe("init --model=tiny --out=" + path("m")).rc, 0);
+  const std::string g = " --seq-len=16 --microbatches=2 --out=" + path("g.st");
+  const CmdResult a = helixpipe("grad --checkpoint=" + path("m") + " --data=" + path("text.txt") + g);
+  const CmdResult b = helixpipe("grad --checkpoint=" + path("m") + " --data=" + path("t.tok") + g);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  ASSERT_EQ(b.rc, 0) << b.out;
+  EXPECT_EQ(last_line(a.out), last_line(b.out));
+}
+
+TEST_F(CliTest, BadInputsFailWithClearMessages) {
+  ASSERT_EQ(helixpipe("init --model=tiny --out=" + path("m")).rc, 0);
+  const std::string data = " --data=" + path("text.txt");
+  struct Case {
+    std::string args, message;
+  };
+  // Truncated token file: a valid one cut short.
+  ASSERT_EQ(helixpipe("tokenize --input=" + path("text.txt") + " --out=" + path("t.tok")).rc, 0);
+  fs::copy_file(path("t.tok"), path("cut.tok"));
+  fs::resize_file(path("cut.tok"), fs::file_size(path("t.tok")) - 7);
+  // Corrupt checkpoint: one byte of the weights changed.
+  fs::copy(path("m"), path("bad"));
+  {
+    std::fstream f(path("bad") + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-5, std::ios::end);
+    f.put('\x7f');
+  }
+  // A model folder without the marker and with a missing tensor file.
+  fs::create_directories(path("half"));
+  fs::copy_file(path("m") + "/config.json", path("half") + "/config.json");
+  const std::vector<Case> cases = {
+      {"train --model=tiny --steps=2", "--data is required"},
+      {"train" + data + " --steps=2", "give exactly one of --model"},
+      {"train --model=tiny --checkpoint=" + path("m") + data, "give exactly one of --model"},
+      {"train --model=nosuch" + data, "no such file and no such preset"},
+      {"train --model=tiny --seq-len=0" + data, "--seq-len must be >= 1"},
+      {"train --model=tiny --microbatches=abc" + data, "--microbatches"},
+      {"train --model=tiny --recompute=some" + data, "some"},
+      {"train --model=tiny --lr=-1" + data, "--lr must be a positive number"},
+      {"train --model=tiny --save-every=5" + data, "--save-every needs --save"},
+      {"train --model=tiny --bogus=1" + data, "bogus"},
+      {"train --resume=" + path("m") + data, "start from its weights with --checkpoint"},
+      {"train --model=tiny --data=" + path("cut.tok"), "truncated"},
+      {"train --model=tiny --seq-len=100000" + data, "too few for one sequence"},
+      {"grad --checkpoint=" + path("bad") + data + " --seq-len=8 --out=" + path("g.st"),
+       "is corrupt"},
+      {"grad --checkpoint=" + path("half") + data + " --seq-len=8 --out=" + path("g.st"),
+       "model.safetensors' is missing"},
+      {"grad --checkpoint=" + path("m") + data + " --out=" + path("g.st"), "--seq-len is required"},
+      {"grad --checkpoint=" + path("m") + data + " --seq-len=16 --microbatches=100000 --out=" +
+           path("g.st"),
+       "sequences"},
+      {"grad --checkpoint=" + path("nowhere") + data + " --seq-len=8 --out=" + path("g.st"),
+       "does not exist"},
+      {"eval --checkpoint=" + path("m") + " --data=" + path("cut.tok") + " --seq-len=8", "truncated"},
+      {"eval --checkpoint=" + path("m") + data + " --seq-len=0", "--seq-len must be >= 1"},
+      {"generate --checkpoint=" + path("m") + " --prompt=", "--prompt"},
+      {"generate --checkpoint=" + path("m") + " --prompt=a --top-k=-2", "--top-k must be >= 0"},
+      {"init --model=tiny", "--out is required"},
+      {"tokenize --input=" + path("nothing.txt") + " --out=" + path("x.tok"), "nothing.txt"},
+  };
+  for (const Case& c : cases) {
+    const CmdResult r = helixpipe(c.args);
+    EXPECT_NE(r.rc, 0) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find("error"), std::string::npos) << c.args << "\n" << r.out;
+  }
+}
+
+// The Hugging Face layout against an independent float64 Llama in plain PyTorch (transformers is
+// not in Debian): tools/hf_layout_check.py, both directions. Skipped without python3-torch.
+TEST_F(CliTest, HuggingFaceLayoutMatchesTorchLlama) {
+  std::string python;
+  for (const char* p : {"/usr/bin/python3", "python3"}) {
+    if (std::system((std::string(p) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) {
+      python = p;
+      break;
+    }
+  }
+  if (python.empty()) GTEST_SKIP() << "python3 with torch not installed (apt-get install python3-torch)";
+  const std::string cmd = python + " " + HP_SOURCE_DIR + "/tools/hf_layout_check.py " +
+                          HP_BINARY_DIR + "/helixpipe " + path("hf") + " 2>&1";
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  EXPECT_EQ(last_line(out), "OK") << out;
+}
+
+}  // namespace
+}  // namespace hp

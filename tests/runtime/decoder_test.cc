@@ -1,0 +1,78 @@
+// The incremental decoder (KV cache) against the model's forward_logits over the whole sequence.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "runtime/decoder.h"
+#include "util/error.h"
+#include "util/rng.h"
+
+namespace hp {
+namespace {
+
+void check_against_model(ModelConfig cfg, int64_t seq) {
+  Params params(cfg, Params::all_parts(cfg));
+  params.init(21);
+  // Non-trivial norm gains, so a gain applied to the wrong thing shows.
+  Rng rng(5);
+  for (const ParamTensor& t : params.tensors()) {
+    if (t.shape.size() == 1) {
+      for (int64_t i = 0; i < t.numel; ++i) params.data()[t.offset + i] = 0.5f + static_cast<float>(rng.uniform());
+    }
+  }
+  std::vector<int32_t> tokens(seq);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng.uniform() * static_cast<double>(cfg.vocab));
+  auto kernels = make_cpu_kernels(1);
+  Model model(cfg, *kernels, params);
+  std::vector<float> want(seq * cfg.vocab);
+  forward_logits(model, tokens.data(), 1, seq, want.data(), /*last_only=*/false);
+  IncrementalDecoder dec(params, seq);
+  for (int64_t p = 0; p < seq; ++p) {
+    const auto got = dec.push(tokens[p]);
+    ASSERT_EQ(static_cast<int64_t>(got.size()), cfg.vocab);
+    double err = 0, norm = 0;
+    for (int64_t v = 0; v < cfg.vocab; ++v) {
+      const double w = want[p * cfg.vocab + v];
+      err += (got[v] - w) * (got[v] - w);
+      norm += w * w;
+    }
+    EXPECT_LT(std::sqrt(err / norm), 1e-5) << "position " << p;
+  }
+  EXPECT_EQ(dec.length(), seq);
+  EXPECT_THROW(dec.push(0), Error);  // full
+  dec.reset();
+  const auto again = dec.push(tokens[0]);
+  for (int64_t v = 0; v < cfg.vocab; ++v) {
+    EXPECT_NEAR(again[v], want[v], 1e-5 * (1 + std::fabs(want[v])));
+  }
+}
+
+TEST(IncrementalDecoder, MatchesForwardLogitsGqaUntied) {
+  ModelConfig c;
+  c.hidden = 32;
+  c.intermediate = 40;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.layers = 2;
+  c.vocab = 50;
+  check_against_model(c, 37);
+}
+
+TEST(IncrementalDecoder, MatchesForwardLogitsTiedMqa) {
+  ModelConfig c;
+  c.hidden = 64;
+  c.intermediate = 72;
+  c.heads = 4;
+  c.kv_heads = 1;
+  c.layers = 3;
+  c.vocab = 40;
+  c.tie_embeddings = true;
+  c.rope_theta = 500.0;
+  check_against_model(c, 20);
+}
+
+}  // namespace
+}  // namespace hp
