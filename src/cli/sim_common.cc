@@ -50,6 +50,8 @@ void add_cost_flags(CLI::App& app, CostFlags& f) {
   app.add_option("--transfer", f.transfer, "helix W_qkv transfer mode: weights or activations")
       ->check(CLI::IsMember({"weights", "activations"}));
   app.add_flag("--eager", f.eager, "messages leave at the send (default: when both sides posted)");
+  app.add_flag("--shared-nic", f.shared_nic,
+               "a stage's inter-node messages share one network port (default: one wire per pair)");
 }
 
 void add_format_flag(CLI::App& app, std::string& format) {
@@ -71,6 +73,7 @@ CostSetup build_cost(const CostFlags& f) {
   if (!f.recompute.empty()) c.recompute = parse_recompute(f.recompute);
   c.transfer = parse_transfer(f.transfer);
   c.rendezvous = !f.eager;
+  c.shared_nic = f.shared_nic;
   const bool have_costs = !f.part_costs.empty(), have_device = !f.device.empty();
   if (have_costs && have_device)
     fail("give either --part-costs or --device, not both (a part-cost file already holds the "
@@ -126,6 +129,7 @@ SimRun run_one(const ScheduleSpec& spec_in, const CostSetup& c, bool record_time
   if (run.schedule.num_stages > 1) lower(run.schedule, cfg, cfg ? c.tokens_per_mb : 0);
   SimOptions opt;
   opt.rendezvous = c.rendezvous;
+  opt.shared_nic = c.shared_nic;
   opt.message_bytes_scale = c.bytes_per_elem / 4.0;  // lower() sizes fp32 values
   opt.record_timeline = record_timeline;
   opt.model = cfg;

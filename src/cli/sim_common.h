@@ -37,6 +37,7 @@ struct CostFlags {
   std::string recompute;         // empty: the schedule's natural policy
   std::string transfer = "weights";
   bool eager = false;            // eager sends instead of rendezvous
+  bool shared_nic = false;       // a stage's inter-node messages share one port
 };
 
 // Adds --schedule/--stages/--microbatches/--layers/--folds/--virtual. `with_schedule` false leaves
@@ -61,6 +62,7 @@ struct CostSetup {
   std::optional<Recompute> recompute;
   TransferMode transfer = TransferMode::kWeights;
   bool rendezvous = true;
+  bool shared_nic = false;
 };
 // Checks the combination (exactly one of --part-costs or --device; --device needs --model and
 // --seq-len) and builds the cost model. Throws hp::Error saying what is missing.

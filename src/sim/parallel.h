@@ -11,7 +11,8 @@
 //      input, 1 for attn and 1 for post; head F and I 1 each (gather before the LM head); attention's
 //      own QKV recompute under no-attn 1.
 //  - PP: the schedule, simulated as usual, with message bytes / t (each TP rank sends its shard over
-//    its own link at the same time) and the stages of a node = gpus_per_node / (t*d).
+//    its own link at the same time) and the stages of a node = gpus_per_node / (t*d); inter-node
+//    messages of a stage share its network port (SimOptions::shared_nic).
 //  - DP: the gradient all-reduce of each GPU's parameters (bf16, ring: 2 (d-1)/d * bytes / bw), after
 //    the pipeline flush and not overlapped with it (an upper bound; Megatron overlaps part of it).
 //    Intra-node when t*d <= gpus_per_node, else inter-node.
