@@ -67,8 +67,8 @@ int cmd_plan(int argc, char** argv) {
                "MLP chunking; then say why the winner wins.",
                "helixpipe plan"};
   app.footer(
-      "Without --global-batch, micro-batches per pipeline m in {p, 2p, 4p} are tried; with it,\n"
-      "m = global batch / DP. Costs and memory: docs/simulator.md.\n\n"
+      "Without --global-batch, micro-batches per pipeline m in {p, 2p, 4p} are tried (4 without\n"
+      "a pipeline); with it, m = global batch / DP. Costs and memory: docs/simulator.md.\n\n"
       "examples:\n"
       "  helixpipe plan --model=7b --seq-len=131072 --gpus=64 --device=h20 --memory=96\n"
       "  helixpipe plan --model=3b --seq-len=32768 --gpus=16 --device=a800 --memory=80 --top=5");
@@ -104,7 +104,8 @@ int cmd_plan(int argc, char** argv) {
       if (global_batch % lay.dp) continue;
       ms = {global_batch / lay.dp};
     } else {
-      ms = {lay.pp, 2 * lay.pp, 4 * lay.pp};
+      // One stage: m only sets how often gradients are reduced; 4 sequences per replica.
+      ms = lay.pp == 1 ? std::vector<int>{4} : std::vector<int>{lay.pp, 2 * lay.pp, 4 * lay.pp};
     }
     for (PlanCase pc : candidates(lay, ms)) {
       if (lay.pp == 1 && pc.schedule != "1f1b") continue;  // one stage: every schedule is the same

@@ -14,6 +14,7 @@ namespace hp {
 std::string Layout::str() const { return fmt::format("TP{} x PP{} x DP{}", tp, pp, dp); }
 
 std::string PlanCase::label() const {
+  if (layout.pp == 1) return std::string("no pipeline (TP x DP) ") + recompute_str(recompute);
   std::string s = schedule;
   if (schedule == "helix") s += fmt::format(" F={}", folds);
   if (schedule == "interleaved") s += fmt::format(" V={}", virtual_stages);
