@@ -11,6 +11,8 @@
 // sum over up to 4 query heads of a GQA group: 5e-5.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -397,6 +399,15 @@ TEST(CpuKernelsFactory, IsaChoiceAndNames) {
     EXPECT_THROW(make_cpu_kernels(1, CpuIsa::kAvx512), Error);
   }
   EXPECT_FALSE(blas_core_name().empty());
+}
+
+TEST(CpuKernelsFactory, EnvironmentForcesIsa) {
+  ASSERT_EQ(setenv("HP_CPU_ISA", "avx2", 1), 0);
+  EXPECT_EQ(make_cpu_kernels(1)->name(), "cpu-avx2");
+  ASSERT_EQ(setenv("HP_CPU_ISA", "sse9", 1), 0);
+  EXPECT_THROW(make_cpu_kernels(1), Error);
+  ASSERT_EQ(unsetenv("HP_CPU_ISA"), 0);
+  EXPECT_EQ(make_cpu_kernels(1)->name(), std::string("cpu-") + cpu_isa_name(cpu_best_isa()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, CpuKernelsTest, ::testing::ValuesIn(isas()),
