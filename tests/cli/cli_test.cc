@@ -335,6 +335,17 @@ TEST_F(CliTest, LossFallsOnText) {
   EXPECT_EQ(g1.out, g2.out);
   EXPECT_EQ(g1.out.rfind("The", 0), 0u) << g1.out;
   EXPECT_EQ(g1.out.size(), 3u + 40u + 1u);
+  // Greedy decoding with the KV cache picks the same bytes as re-running the forward pass.
+  const std::string greedy = "generate --checkpoint=" + path("m") + " --prompt=And --tokens=50 --temperature=0";
+  const CmdResult c1 = helixpipe(greedy);
+  const CmdResult c2 = helixpipe(greedy + " --no-cache");
+  ASSERT_EQ(c1.rc, 0) << c1.out;
+  ASSERT_EQ(c2.rc, 0) << c2.out;
+  EXPECT_EQ(c1.out, c2.out);
+  // A window smaller than the text: the cache refills and generation goes on.
+  const CmdResult c3 = helixpipe(greedy + " --context=8");
+  ASSERT_EQ(c3.rc, 0) << c3.out;
+  EXPECT_EQ(c3.out.size(), 3u + 50u + 1u);
 }
 
 TEST_F(CliTest, TokenizeThenTrainReadsTheSameTokens) {
