@@ -4,6 +4,7 @@
 //   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/bench/bench_step [--seq 4096] [--threads 1]
 //       [--steps 3] [--layers 4] [--hidden 256] [--heads 4] [--vocab 256] [--ffn 768]
 //       [--mlp-chunk 0] [--recompute none|full|no-attn] [--torch]
+// Memory cap for both (the torch child inherits it): prlimit --as=BYTES build/bench/bench_step ...
 // Model FLOPs per step (no recomputation counted): 3x every matmul of the forward, and causal
 // attention counted once per FLOP as bench_kernels does: forward 2*s^2*h, backward 2.5x that.
 // With one thread the clock is the process CPU time (the machine is shared); else wall clock.
@@ -180,8 +181,10 @@ int main(int argc, char** argv) try {
       return 0;
     }
     const double ttps = json_number(last, "tokens_per_s"), trss = json_number(last, "peak_rss_mb");
-    std::printf("vs PyTorch: %.2f x its tokens/s, %.2f x its peak RSS\n", tps / ttps,
-                peak_rss_mb() / trss);
+    std::printf("vs PyTorch: %.2f x its tokens/s, %.2f x its peak RSS (its sgemm: %.1f GFLOP/s = "
+                "%.2f x ours)\n",
+                tps / ttps, peak_rss_mb() / trss, json_number(last, "sgemm_gflops"),
+                json_number(last, "sgemm_gflops") / sg);
   }
   return 0;
 } catch (const std::exception& e) {

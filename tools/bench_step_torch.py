@@ -88,7 +88,15 @@ def main():
             best = min(best, dt)
         print(f"  torch step {step}: {dt:.3f} s, loss {loss.item():.4f}", flush=True)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(json.dumps({"tokens_per_s": a.seq / best, "step_s": best, "peak_rss_mb": rss}), flush=True)
+    # This torch build's own sgemm rate on the same threads, to tell BLAS speed from the rest.
+    x, y = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    x @ y
+    t0 = clock()
+    for _ in range(5):
+        x @ y
+    sgemm = 5 * 2 * 1024 ** 3 / (clock() - t0) * 1e-9
+    print(json.dumps({"tokens_per_s": a.seq / best, "step_s": best, "peak_rss_mb": rss,
+                      "sgemm_gflops": sgemm}), flush=True)
 
 
 if __name__ == "__main__":

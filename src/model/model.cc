@@ -546,13 +546,19 @@ struct ModelT<T>::Impl {
     }
     const bool split = op.dir == Dir::kI;
     for (size_t i = 0; i < n; ++i) backward(op.parts[i], ctx[i], split);
-    store.defer_stash_peak(true);  // I swaps F's stash for W's in one step
-    if (split)
+    {
+      // I swaps F's stash for W's in one step: measure the peak after the swap, not during it.
+      struct Defer {
+        ValueStoreT<T>& s;
+        explicit Defer(ValueStoreT<T>& x) : s(x) { s.defer_stash_peak(true); }
+        ~Defer() { s.defer_stash_peak(false); }
+      } defer(store);
+      if (split)
+        for (size_t i = 0; i < n; ++i)
+          for (const Value& v : weight_stash(op.parts[i], ctx[i], L)) store.keep(v, mb);
       for (size_t i = 0; i < n; ++i)
-        for (const Value& v : weight_stash(op.parts[i], ctx[i], L)) store.keep(v, mb);
-    for (size_t i = 0; i < n; ++i)
-      for (const Value& v : part_stash(op, i, ctx[i], L)) store.unkeep(v, mb);
-    store.defer_stash_peak(false);
+        for (const Value& v : part_stash(op, i, ctx[i], L)) store.unkeep(v, mb);
+    }
     cleanup(backward_outputs(op.parts[n - 1], ctx[n - 1], L));
     return 0;
   }
@@ -590,14 +596,30 @@ void ModelT<T>::set_logits_sink(T* out, bool last_only) {
 
 namespace {
 
-ComputeOp whole_model_op(Dir dir, int mb, int layers, Recompute policy) {
+ComputeOp make_op(Dir dir, int mb, std::vector<Part> parts, Recompute policy) {
   ComputeOp op;
   op.dir = dir;
   op.mb = mb;
-  for (int i = 0; i <= 3 * layers + 1; ++i) op.parts.push_back(Part::from_index(i, layers));
-  if (dir != Dir::kF) std::reverse(op.parts.begin(), op.parts.end());
+  if (dir != Dir::kF) std::reverse(parts.begin(), parts.end());
+  op.parts = std::move(parts);
   op.recompute = recompute_parts(op, policy);
   return op;
+}
+
+ComputeOp whole_model_op(Dir dir, int mb, int layers, Recompute policy) {
+  std::vector<Part> parts;
+  for (int i = 0; i <= 3 * layers + 1; ++i) parts.push_back(Part::from_index(i, layers));
+  return make_op(dir, mb, std::move(parts), policy);
+}
+
+// One op per layer ([embed] [pre:l attn:l post:l]... [head]): with full/no-attn each layer keeps
+// only its input and recomputes itself (checkpointing per layer). Any split gives bitwise the same
+// loss and gradients (tests/model/split_test.cc); this one keeps recomputation memory per layer.
+std::vector<std::vector<Part>> layer_ops(int layers) {
+  std::vector<std::vector<Part>> ops{{Part::embed()}};
+  for (int l = 1; l <= layers; ++l) ops.push_back({Part::pre(l), Part::attn(l), Part::post(l)});
+  ops.push_back({Part::head()});
+  return ops;
 }
 
 }  // namespace
@@ -613,6 +635,7 @@ double loss_and_grads(ModelT<T>& model, const int32_t* tokens, const int32_t* ta
   ValueStoreT<T> own;
   ValueStoreT<T>& st = store ? *store : own;
   const double scale = 1.0 / static_cast<double>(batch * seq * microbatches);
+  const auto ops = layer_ops(L);
   double loss = 0;
   for (int j = 0; j < microbatches; ++j) {
     Batch b;
@@ -621,10 +644,14 @@ double loss_and_grads(ModelT<T>& model, const int32_t* tokens, const int32_t* ta
     b.batch = batch;
     b.seq = seq;
     b.loss_scale = scale;
-    ComputeOp f = whole_model_op(Dir::kF, j, L, opt.recompute);
-    ComputeOp bw = whole_model_op(Dir::kB, j, L, opt.recompute);
-    loss += model.run(f, local_contexts(f, opt.recompute, opt.transfer), st, b);
-    model.run(bw, local_contexts(bw, opt.recompute, opt.transfer), st, b);
+    for (const auto& parts : ops) {
+      ComputeOp f = make_op(Dir::kF, j, parts, opt.recompute);
+      loss += model.run(f, local_contexts(f, opt.recompute, opt.transfer), st, b);
+    }
+    for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+      ComputeOp bw = make_op(Dir::kB, j, *it, opt.recompute);
+      model.run(bw, local_contexts(bw, opt.recompute, opt.transfer), st, b);
+    }
   }
   return loss;
 }

@@ -93,8 +93,10 @@ using Model = ModelT<float>;
 
 // Single process, one stage: the mean loss over all batch*seq*microbatches target tokens and its
 // gradient, accumulated (+=) into model.params().grads() (zero them first for a fresh gradient).
-// tokens/targets hold micro-batch j, row r, position i at ((j * batch + r) * seq + i). Runs every
-// micro-batch as one F op and one B op over the whole model (the single-stage schedule).
+// tokens/targets hold micro-batch j, row r, position i at ((j * batch + r) * seq + i). Runs
+// micro-batch j = 0..M-1 in turn: F ops [embed] [pre:l attn:l post:l].. [head], then their B ops in
+// reverse (one op per layer, so recomputation works layer by layer). Any split of the model into
+// ops gives bitwise the same result.
 struct StepOptions {
   Recompute recompute = Recompute::kNone;
   TransferMode transfer = TransferMode::kWeights;

@@ -283,3 +283,39 @@ TEST(ModelTest, BadOpsGiveClearErrors) {
 
 }  // namespace
 }  // namespace hp
+
+namespace hp {
+namespace {
+
+// forward_logits: every position's logits give eval_loss's cross-entropy; last_only picks the last
+// row of each sequence; eval_loss equals the loss of a training step and leaves no gradient.
+TEST(ModelTest, LogitsAndEvalAgreeWithTheTrainingLoss) {
+  const ModelConfig cfg = test::tiny_config();
+  auto kern = make_reference_kernels<double>();
+  ParamsT<double> params(cfg, ParamsT<double>::all_parts(cfg));
+  test::randomize(params, 3);
+  ModelT<double> model(cfg, *kern, params);
+  const int64_t B = 2, S = 7, V = cfg.vocab;
+  auto tok = test::random_tokens(B * S, V, 5), tgt = test::random_tokens(B * S, V, 6);
+  std::vector<double> logits(B * S * V), last(B * V);
+  forward_logits(model, tok.data(), B, S, logits.data(), false);
+  forward_logits(model, tok.data(), B, S, last.data(), true);
+  double ce = 0;
+  for (int64_t t = 0; t < B * S; ++t) {
+    const double* row = logits.data() + t * V;
+    double mx = *std::max_element(row, row + V), sum = 0;
+    for (int64_t c = 0; c < V; ++c) sum += std::exp(row[c] - mx);
+    ce += mx + std::log(sum) - row[tgt[t]];
+  }
+  ce /= B * S;
+  const double ev = eval_loss(model, tok.data(), tgt.data(), B, S);
+  EXPECT_NEAR(ev, ce, 1e-12);
+  for (int64_t r = 0; r < B; ++r)
+    for (int64_t c = 0; c < V; ++c)
+      EXPECT_EQ(last[r * V + c], logits[((r + 1) * S - 1) * V + c]);
+  for (int64_t i = 0; i < params.size(); ++i) ASSERT_EQ(params.grads()[i], 0.0);
+  EXPECT_NEAR(loss_and_grads(model, tok.data(), tgt.data(), B, S, 1), ev, 1e-12);
+}
+
+}  // namespace
+}  // namespace hp
