@@ -37,10 +37,18 @@ int cmd_schedule(int argc, char** argv) {
   add_schedule_flags(app, flags);
   std::string format = "text", out;
   app.add_option("--format", format,
-                 "text (one op a line), json, svg (timeline picture) or trace (Chrome/Perfetto "
-                 "JSON); svg and trace simulate with unit part costs and free links")
+                 "text (one op a line), json, svg (timeline picture), trace (Chrome/Perfetto "
+                 "JSON) or lowered (every stage's communication ops too, for reading); svg and "
+                 "trace simulate with unit part costs and free links")
       ->capture_default_str()
-      ->check(CLI::IsMember({"text", "json", "svg", "trace"}));
+      ->check(CLI::IsMember({"text", "json", "svg", "trace", "lowered"}));
+  std::string model;
+  int64_t seq_len = 4096;
+  app.add_option("--model", model,
+                 "model config (JSON file or preset) to size messages with --format=lowered");
+  app.add_option("--seq-len", seq_len, "tokens per micro-batch for message sizes (with --model)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--out", out, "write to FILE instead of standard output");
   app.footer(
       "Examples:\n"
@@ -64,6 +72,11 @@ int cmd_schedule(int argc, char** argv) {
     text = schedule_to_text(s);
   } else if (format == "json") {
     text = schedule_to_json(s).dump(1) + "\n";
+  } else if (format == "lowered") {
+    ModelConfig cfg;
+    if (!model.empty()) cfg = ModelConfig::load(model);
+    lower(s, model.empty() ? nullptr : &cfg, seq_len);
+    text = lowered_to_text(s);
   } else {
     lower(s);
     SimOptions opt;

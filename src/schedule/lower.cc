@@ -149,6 +149,15 @@ PartContext ScheduleIndex::context(int stage, int op, int k) const {
   return ctx;
 }
 
+PartContext ScheduleIndex::forward_context(Part part, int mb) const {
+  const PartLocation& f = forward(part, mb);
+  if (f.found()) return context(f.stage, f.op, f.pos);
+  PartContext ctx;
+  ctx.policy = s_->recompute;
+  ctx.transfer = s_->transfer;
+  return ctx;
+}
+
 PartContext part_context(const Schedule& s, int stage, int op, int k) {
   return ScheduleIndex(s).context(stage, op, k);
 }

@@ -57,7 +57,11 @@ class ScheduleIndex {
   // The PartContext of part k of op `op` on `stage` (policy, transfer, first_in_op,
   // attn_remote, feeds_next_in_op). The model and the executor use it to decide what a part keeps
   // and ships; the validator uses it for the stash and the lowering for message contents.
+  // For B/I/W ops first_in_op / feeds_next_in_op follow the op's own (descending) order; what a
+  // part stashed was decided by its forward, so use forward_context() to know what to free.
   PartContext context(int stage, int op, int k) const;
+  // The context of (part, mb) in the op that runs its forward (default context if none does).
+  PartContext forward_context(Part part, int mb) const;
 
  private:
   const PartLocation& at(const std::vector<PartLocation>& v, Part part, int mb) const;

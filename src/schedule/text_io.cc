@@ -365,6 +365,39 @@ Schedule schedule_from_json(const nlohmann::json& j, const std::string& where) {
   return assemble(d, where);
 }
 
+std::string lowered_to_text(const Schedule& s) {
+  std::string out = fmt::format("# lowered schedule '{}': {} stages, {} messages\n", s.name,
+                                s.num_stages, s.messages.size());
+  std::vector<const Message*> by_id;
+  for (const Message& m : s.messages) {
+    if (m.id >= static_cast<int>(by_id.size())) by_id.resize(m.id + 1, nullptr);
+    by_id[m.id] = &m;
+  }
+  for (int st = 0; st < static_cast<int>(s.stages.size()); ++st) {
+    out += fmt::format("stage {}\n", st);
+    for (const LoweredOp& op : s.stages[st].lowered) {
+      if (op.kind == OpKind::kCompute) {
+        out += fmt::format("  {:<11} op {}  {}\n", op_kind_str(op.kind), op.index,
+                           op_str(s.stages[st].ops[op.index]));
+        continue;
+      }
+      const Message* m = op.index >= 0 && op.index < static_cast<int>(by_id.size()) ? by_id[op.index] : nullptr;
+      if (!m) {
+        out += fmt::format("  {:<11} #{} (no such message)\n", op_kind_str(op.kind), op.index);
+        continue;
+      }
+      const bool send = op.kind == OpKind::kSendStart || op.kind == OpKind::kSendWait;
+      std::string vals;
+      for (const std::string& v : m->values) vals += (vals.empty() ? "" : " ") + v;
+      out += fmt::format("  {:<11} #{:<5} {} s{}  {}{} {} -> {}  [{}]  {} B  tag {}\n",
+                         op_kind_str(op.kind), m->id, send ? "->" : "<-", send ? m->dst : m->src,
+                         dir_str(m->dir), m->mb, m->from.str(), m->to.str(), vals, m->bytes,
+                         m->tag);
+    }
+  }
+  return out;
+}
+
 Schedule load_schedule(const std::string& path) {
   const std::string text = read_file(path);
   const size_t first = text.find_first_not_of(" \t\r\n");

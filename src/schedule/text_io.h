@@ -44,6 +44,14 @@ nlohmann::json schedule_to_json(const Schedule& s);
 // Reads the JSON form; only "stages" with its ops is required (the rest is inferred as for text).
 Schedule schedule_from_json(const nlohmann::json& j, const std::string& where = "<json>");
 
+// A readable listing of a lowered schedule (write-only, for people and debugging): each stage's
+// lowered ops in order, one a line, e.g.
+//   stage 1
+//     recv.start  #0  <- s0  F0 post:1 -> pre:2  [X:2]  65536 B  tag 0
+//     recv.wait   #0  <- s0 ...
+//     compute     op 0  F 0 pre:2 attn:2 post:2 head
+std::string lowered_to_text(const Schedule& s);
+
 // Reads a file in either form (JSON when its first non-blank character is '{').
 Schedule load_schedule(const std::string& path);
 

@@ -568,8 +568,7 @@ std::vector<std::vector<StashItem>> stash_trace(const Schedule& s, int stage) {
     for (int k = 0; k < static_cast<int>(op.parts.size()); ++k) {
       const Part& part = op.parts[k];
       // The forward's context decides what was kept (first_in_op differs between F and B ops).
-      const PartLocation& f = index.forward(part, op.mb);
-      const PartContext fctx = f.found() ? index.context(f.stage, f.op, f.pos) : index.context(stage, i, k);
+      const PartContext fctx = index.forward_context(part, op.mb);
       const PartContext ctx = index.context(stage, i, k);
       switch (op.dir) {
         case Dir::kF: add(forward_stash(part, ctx, L), op.mb); break;

@@ -93,6 +93,7 @@ SimResult simulate(const Schedule& sched, const CostModel& cost, const SimOption
 
   std::vector<Transfer> tr(sched.messages.size());
   std::map<std::pair<int, int>, std::pair<size_t, double>> link_state;  // next index, free at
+  std::vector<double> nic_out(p, 0.0), nic_in(p, 0.0);  // shared_nic: when each port is free
   SimResult res;
   res.timeline.num_stages = p;
   res.timeline.title =
@@ -121,7 +122,10 @@ SimResult simulate(const Schedule& sched, const CostModel& cost, const SimOption
       const Message& m = sched.messages[mi];
       int64_t bytes = bytes_of(m);
       t.start = std::max({t.send_post, opt.rendezvous ? t.recv_post : 0.0, free_at});
+      const bool via_nic = opt.shared_nic && &cost.link(src, dst) != &cost.link(src, src);
+      if (via_nic) t.start = std::max({t.start, nic_out[src], nic_in[dst]});
       t.inject_end = t.start + cost.transfer_time(src, dst, bytes);
+      if (via_nic) nic_out[src] = nic_in[dst] = t.inject_end;
       t.arrival = t.inject_end + cost.latency(src, dst);
       t.resolved = true;
       free_at = t.inject_end;  // the wire is busy while bytes go out; latency overlaps the next

@@ -24,6 +24,10 @@ struct SimOptions {
   // true: a transfer starts once both the send and the matching receive are posted (MPI's
   // rendezvous protocol for large messages, what the runtime gets); false: eager, at the send.
   bool rendezvous = true;
+  // true: a stage's inter-node transfers share one network port each way (one NIC per device):
+  // they go out one after another across all its peers, and arrive one after another at the
+  // receiver. false: every directed stage pair has its own wire (enough for NVLink switches).
+  bool shared_nic = false;
   // Message bytes are multiplied by this (lower() sizes fp32 values; 0.5 models bf16 transfers).
   double message_bytes_scale = 1.0;
   bool record_timeline = true;

@@ -113,6 +113,17 @@ TEST(ScheduleCli, PicturesAreProduced) {
   EXPECT_GT(j["traceEvents"].size(), 8u);
 }
 
+TEST(ScheduleCli, LoweredListingShowsMessages) {
+  CliResult r = run_cli("schedule --schedule=1f1b --stages=2 --microbatches=2 --layers=2 "
+                        "--format=lowered --model=tiny --seq-len=16");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("# lowered schedule '1f1b': 2 stages, 4 messages"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("stage 1\n  recv.start  #0     <- s0  F0 post:1 -> pre:2  [X:2]"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST(ScheduleCli, HelpAndBadFlags) {
   CliResult h = run_cli("schedule --help");
   EXPECT_EQ(h.code, 0);
@@ -130,7 +141,7 @@ TEST(ScheduleCli, HelpAndBadFlags) {
   CliResult fmt = run_cli("schedule --schedule=1f1b --stages=2 --microbatches=2 --layers=2 "
                           "--format=png");
   EXPECT_EQ(fmt.code, 2);
-  EXPECT_NE(fmt.err.find("--format: png not in {text,json,svg,trace}"), std::string::npos)
+  EXPECT_NE(fmt.err.find("--format: png not in {text,json,svg,trace,lowered}"), std::string::npos)
       << fmt.err;
   CliResult unknown = run_cli("schedule --schedule=1f1b --stages=2 --microbatches=2 --layers=2 "
                               "--foldz=2");

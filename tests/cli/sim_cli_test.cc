@@ -209,3 +209,59 @@ TEST(SimulateCli, HelpHasExamples) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(PlanCli, RanksByThroughputAndRespectsTheMemoryLimit) {
+  int rc = 0;
+  auto roomy = helixpipe_json("plan --model=1.3b --seq-len=32768 --gpus=16 --device=h20 --memory=90 "
+                              "--top=1000 --format=json",
+                              &rc);
+  ASSERT_EQ(rc, 0);
+  auto tight = helixpipe_json("plan --model=1.3b --seq-len=32768 --gpus=16 --device=h20 --memory=20 "
+                              "--top=1000 --format=json",
+                              &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_GT(roomy["fit"].get<int>(), tight["fit"].get<int>());
+  EXPECT_GT(tight["fit"].get<int>(), 0);
+  for (const auto* j : {&roomy, &tight}) {
+    const double limit = (*j)["memory_bytes"];
+    double prev = 1e300;
+    ASSERT_FALSE((*j)["ranked"].empty());
+    for (const auto& r : (*j)["ranked"]) {
+      EXPECT_LE(r["memory_per_gpu_bytes"].get<double>(), limit) << r.dump();
+      EXPECT_LE(r["tokens_per_s"].get<double>(), prev);
+      prev = r["tokens_per_s"];
+      EXPECT_EQ(r["tp"].get<int>() * r["pp"].get<int>() * r["dp"].get<int>(), 16);
+    }
+    EXPECT_FALSE((*j)["why"].get<std::string>().empty());
+  }
+  Ran text = helixpipe("plan --model=1.3b --seq-len=32768 --gpus=16 --device=h20 --memory=90 --top=3");
+  ASSERT_EQ(text.rc, 0) << text.out;
+  EXPECT_NE(text.out.find("winner:"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("faster than the best"), std::string::npos) << text.out;
+  Ran none = helixpipe("plan --model=7b --seq-len=262144 --gpus=2 --device=h20 --memory=8");
+  EXPECT_EQ(none.rc, 1);
+  EXPECT_NE(none.out.find("nothing fits"), std::string::npos) << none.out;
+}
+
+TEST(SweepCli, GainRowsAndJson) {
+  int rc = 0;
+  auto j = helixpipe_json("sweep --model=1.3b --device=h20 --seq-lens=16k,64k --gpus=8,16 --format=json", &rc);
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(j["rows"].size(), 4u);
+  for (const auto& row : j["rows"]) {
+    for (const char* s : {"helix", "1f1b", "zb1p"}) {
+      const auto& r = row[s];
+      if (!r["fits"]) continue;
+      EXPECT_LE(r["memory_per_gpu_bytes"].get<double>(), j["memory_bytes"].get<double>());
+      EXPECT_EQ(r["tp"].get<int>() * r["pp"].get<int>() * r["dp"].get<int>(), row["gpus"].get<int>());
+      EXPECT_GE(r["pp"].get<int>(), 2);
+    }
+  }
+  Ran bad = helixpipe("sweep --seq-lens=16k,abc");
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_NE(bad.out.find("'abc' is not a positive integer"), std::string::npos) << bad.out;
+}
+
+}  // namespace

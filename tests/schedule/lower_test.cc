@@ -248,6 +248,14 @@ TEST(Lower, PartContextFlags) {
   EXPECT_EQ(idx.forward(Part::attn(1), 3).stage, 0);
   EXPECT_EQ(idx.backward(Part::attn(1), 3).stage, 0);
   EXPECT_EQ(part_context(s, 0, 0, 1).attn_remote, true);
+  // The backward op of E.0 runs [pre:1, embed]: pre:1 comes first there, but its forward context
+  // (second in its F op) is what decided its stash.
+  const int last = static_cast<int>(s.stages[0].ops.size()) - 1;
+  ASSERT_EQ(op_str(s.stages[0].ops[last]), "B 0 pre:1 embed");
+  EXPECT_TRUE(idx.context(0, last, 0).first_in_op);
+  EXPECT_FALSE(idx.forward_context(Part::pre(1), 0).first_in_op);
+  EXPECT_FALSE(idx.forward_context(Part::pre(1), 0).feeds_next_in_op);
+  EXPECT_TRUE(idx.forward_context(Part::embed(), 0).feeds_next_in_op);
 }
 
 TEST(Lower, RefusesSplitBackwardOfRemoteAttentionInWeightsMode) {

@@ -8,6 +8,7 @@
 
 #include "schedule/generate.h"
 #include "schedule/lower.h"
+#include "schedule/validate.h"
 #include "sim/memory.h"
 #include "sim/simulator.h"
 
@@ -178,6 +179,42 @@ TEST(ClosedForm, HelixStashIsBalancedAndMatchesTheFormula) {
       }
     }
   }
+}
+
+}  // namespace
+}  // namespace hp
+
+namespace hp {
+namespace {
+
+// The simulator's stash replay and the validator's stash trace are two implementations of one
+// rule (docs/memory.md): they must agree on every generator, policy and transfer mode.
+TEST(StashPeaks, AgreeWithTheValidatorsStashTrace) {
+  const ModelConfig cfg = small_gqa();
+  int checked = 0;
+  for (const char* name : {"gpipe", "1f1b", "interleaved", "zb1p", "helix"}) {
+    for (Recompute pol : {Recompute::kNone, Recompute::kFull, Recompute::kNoAttn}) {
+      for (TransferMode tm : {TransferMode::kWeights, TransferMode::kActivations}) {
+        for (int p : {2, 4}) {
+          ScheduleSpec sp = spec(name, p, 2 * p, 8, std::string(name) == "helix" ? 2 : 1);
+          if (std::string(name) == "interleaved") sp.virtual_stages = 2;
+          sp.recompute = pol;
+          sp.transfer = tm;
+          Schedule s = generate(sp);
+          auto mine = stash_peaks(s, cfg, 50, 4);
+          for (int r = 0; r < p; ++r) {
+            int64_t peak = 0;
+            for (const auto& items : stash_trace(s, r))
+              peak = std::max(peak, stash_bytes(items, cfg, 50, 4));
+            EXPECT_EQ(mine[r], peak) << name << " " << recompute_str(pol) << " "
+                                     << transfer_str(tm) << " p=" << p << " stage " << r;
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 5 * 3 * 2 * 6);
 }
 
 }  // namespace

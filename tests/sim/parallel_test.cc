@@ -1,0 +1,183 @@
+// TP (with sequence parallelism) x PP x DP: collective and all-reduce times, the per-part cost
+// terms, node placement, memory per GPU, fitting and the effect of DP and pipeline calls.
+#include "sim/parallel.h"
+
+#include <gtest/gtest.h>
+
+#include "schedule/generate.h"
+#include "sim/memory.h"
+#include "util/error.h"
+
+namespace hp {
+namespace {
+
+DeviceProfile test_device() {
+  DeviceProfile d;
+  d.name = "test";
+  d.peak_flops = 100e12;
+  d.mem_bandwidth_Bps = 2e12;
+  d.gemm_efficiency = 0.8;
+  d.attn_efficiency = 0.5;
+  d.intra = {2e-6, 200e9};
+  d.inter = {10e-6, 25e9};
+  d.gpus_per_node = 8;
+  d.memory_bytes = 80e9;
+  return d;
+}
+
+ModelConfig test_model() {
+  ModelConfig c;
+  c.hidden = 1024;
+  c.intermediate = 2816;
+  c.heads = 16;
+  c.kv_heads = 16;
+  c.layers = 8;
+  c.vocab = 32000;
+  return c;
+}
+
+TEST(Parallel, RingCollectiveTimes) {
+  const LinkProfile link{1e-5, 1e11};
+  EXPECT_DOUBLE_EQ(tp_collective_time(1e9, 1, link), 0);
+  EXPECT_NEAR(tp_collective_time(1e9, 4, link), 0.75e9 / 1e11 + 3e-5, 1e-15);
+  EXPECT_NEAR(tp_collective_time(1e9, 8, link), 0.875e9 / 1e11 + 7e-5, 1e-15);
+  EXPECT_DOUBLE_EQ(dp_allreduce_time(1e9, 1, link), 0);
+  EXPECT_NEAR(dp_allreduce_time(1e9, 2, link), 2 * 0.5e9 / 1e11 + 2e-5, 1e-15);
+  EXPECT_NEAR(dp_allreduce_time(1e9, 8, link), 2 * 0.875e9 / 1e11 + 14e-5, 1e-15);
+}
+
+TEST(Parallel, TensorParallelDividesComputeAndAddsSequenceParallelCollectives) {
+  const ModelConfig cfg = test_model();
+  const DeviceProfile dev = test_device();
+  const int64_t s = 8192;
+  CostModel base = CostModel::from_model(cfg, s, 1, dev);
+  CostModel one = parallel_costs(cfg, s, 1, dev, TransferMode::kWeights, {1, 4, 1});
+  for (PartKind k : {PartKind::kEmbed, PartKind::kPre, PartKind::kAttn, PartKind::kPost, PartKind::kHead})
+    for (Dir d : {Dir::kF, Dir::kI, Dir::kW}) EXPECT_DOUBLE_EQ(one.part_time(k, d), base.part_time(k, d));
+  for (int t : {2, 4, 8}) {
+    CostModel c = parallel_costs(cfg, s, 1, dev, TransferMode::kWeights, {t, 2, 1});
+    // The SP all-gather / reduce-scatter of the (s, h) bf16 activation on the NVLink.
+    const double coll = (t - 1.0) / t * s * cfg.hidden * 2 / dev.intra.bandwidth_Bps + (t - 1) * 2e-6;
+    EXPECT_NEAR(c.part_time(PartKind::kPre, Dir::kF), base.part_time(PartKind::kPre, Dir::kF) / t, 1e-15);
+    EXPECT_NEAR(c.part_time(PartKind::kAttn, Dir::kF), base.part_time(PartKind::kAttn, Dir::kF) / t + coll, 1e-12);
+    EXPECT_NEAR(c.part_time(PartKind::kAttn, Dir::kI), base.part_time(PartKind::kAttn, Dir::kI) / t + coll, 1e-12);
+    EXPECT_NEAR(c.part_time(PartKind::kPost, Dir::kF), base.part_time(PartKind::kPost, Dir::kF) / t + 3 * coll, 1e-12);
+    EXPECT_NEAR(c.part_time(PartKind::kPost, Dir::kI), base.part_time(PartKind::kPost, Dir::kI) / t + 3 * coll, 1e-12);
+    EXPECT_NEAR(c.part_time(PartKind::kPost, Dir::kW), base.part_time(PartKind::kPost, Dir::kW) / t + coll, 1e-12);
+    EXPECT_NEAR(c.part_time(PartKind::kHead, Dir::kW), base.part_time(PartKind::kHead, Dir::kW) / t, 1e-15);
+    EXPECT_NEAR(c.attn_recompute_time(), base.attn_recompute_time() / t + coll, 1e-12);
+    // FLOPs per GPU fall by t: one op's model FLOPs.
+    ComputeOp op;
+    op.parts = {Part::attn(1), Part::post(1)};
+    EXPECT_NEAR(c.op_flops(op), base.op_flops(op) / t, base.op_flops(op) * 1e-12);
+  }
+  EXPECT_THROW(parallel_costs(cfg, s, 1, dev, TransferMode::kWeights, {16, 1, 1}), Error);
+}
+
+TEST(Parallel, StagesShareANodeOnlyWhenTheirTpDpGroupsFit) {
+  const ModelConfig cfg = test_model();
+  const DeviceProfile dev = test_device();
+  CostModel a = parallel_costs(cfg, 1024, 1, dev, TransferMode::kWeights, {2, 4, 2});  // 2 stages/node
+  EXPECT_EQ(a.stages_per_node(), 2);
+  EXPECT_EQ(a.link(0, 1).bandwidth_Bps, dev.intra.bandwidth_Bps);
+  EXPECT_EQ(a.link(1, 2).bandwidth_Bps, dev.inter.bandwidth_Bps);
+  CostModel b = parallel_costs(cfg, 1024, 1, dev, TransferMode::kWeights, {8, 4, 2});
+  EXPECT_EQ(b.stages_per_node(), 1);
+  EXPECT_EQ(b.link(0, 1).bandwidth_Bps, dev.inter.bandwidth_Bps);
+}
+
+PlanCase helix_case(Layout lay, int m) {
+  PlanCase c;
+  c.schedule = "helix";
+  c.recompute = Recompute::kNoAttn;
+  c.layout = lay;
+  c.microbatches = m;
+  return c;
+}
+
+TEST(Parallel, MemoryPerGpuAndTheLimit) {
+  const ModelConfig cfg = test_model();
+  const DeviceProfile dev = test_device();
+  const int64_t s = 16384;
+  PlanResult r1 = evaluate(helix_case({1, 4, 1}, 8), cfg, s, dev, 1e15);
+  PlanResult r2 = evaluate(helix_case({2, 4, 1}, 8), cfg, s, dev, 1e15);
+  PlanResult r2d = evaluate(helix_case({2, 4, 4}, 8), cfg, s, dev, 1e15);
+  ASSERT_TRUE(r1.fits && r2.fits && r2d.fits);
+  // Activations: the stash of the busiest stage, in bf16, over t.
+  ScheduleSpec sp;
+  sp.name = "helix";
+  sp.stages = 4;
+  sp.microbatches = 8;
+  sp.layers = 8;
+  auto peaks = stash_peaks(generate(sp), cfg, s, 2);
+  EXPECT_DOUBLE_EQ(r1.memory.activations, static_cast<double>(peaks[0]));
+  EXPECT_DOUBLE_EQ(r2.memory.activations, r1.memory.activations / 2);
+  // Model states: (2 + 4 + 12/d) bytes per parameter of the busiest stage, over t.
+  const double params = static_cast<double>(max_stage_params(cfg, "helix", 4));
+  EXPECT_DOUBLE_EQ(r1.memory.model_states, params * 18);
+  EXPECT_DOUBLE_EQ(r2.memory.model_states, params / 2 * 18);
+  EXPECT_DOUBLE_EQ(r2d.memory.model_states, params / 2 * 9);
+  // Just under the total: does not fit, and is not simulated.
+  PlanResult tight = evaluate(helix_case({1, 4, 1}, 8), cfg, s, dev, r1.memory.total() - 1);
+  EXPECT_FALSE(tight.fits);
+  EXPECT_EQ(tight.makespan, 0);
+  EXPECT_TRUE(evaluate(helix_case({1, 4, 1}, 8), cfg, s, dev, r1.memory.total()).fits);
+}
+
+TEST(Parallel, DataParallelAddsTheAllReduceAndMultipliesTokens) {
+  const ModelConfig cfg = test_model();
+  const DeviceProfile dev = test_device();
+  PlanResult one = evaluate(helix_case({2, 4, 1}, 8), cfg, 8192, dev, 1e15);
+  PlanResult four = evaluate(helix_case({2, 4, 4}, 8), cfg, 8192, dev, 1e15);  // t*d = 8: intra
+  PlanResult eight = evaluate(helix_case({2, 4, 8}, 8), cfg, 8192, dev, 1e15);  // inter-node
+  EXPECT_DOUBLE_EQ(one.allreduce, 0);
+  // t*d = 8 fills a node, so the pipeline's links become inter-node: slower, never faster.
+  EXPECT_GE(four.makespan, one.makespan);
+  DeviceProfile flat = dev;
+  flat.inter = flat.intra;  // placement no longer matters: the same pipeline
+  EXPECT_NEAR(evaluate(helix_case({2, 4, 1}, 8), cfg, 8192, flat, 1e15).makespan,
+              evaluate(helix_case({2, 4, 4}, 8), cfg, 8192, flat, 1e15).makespan, 1e-12);
+  const double grad_bytes = static_cast<double>(max_stage_params(cfg, "helix", 4)) / 2 * 2;
+  EXPECT_NEAR(four.allreduce, dp_allreduce_time(grad_bytes, 4, dev.intra), 1e-12);
+  EXPECT_NEAR(eight.allreduce, dp_allreduce_time(grad_bytes, 8, dev.inter), 1e-12);
+  EXPECT_NEAR(four.iteration, four.makespan + four.allreduce, 1e-12);
+  EXPECT_NEAR(four.tokens_per_s, 4 * one.tokens_per_s * one.iteration / four.iteration, 1e-6);
+}
+
+TEST(Parallel, PipelineCallsTradeBubblesForMemory) {
+  const ModelConfig cfg = test_model();
+  const DeviceProfile dev = test_device();
+  PlanCase big = helix_case({1, 4, 1}, 16);
+  PlanResult all = evaluate(big, cfg, 16384, dev, 1e15);
+  PlanCase split = big;
+  split.microbatches = 8;
+  split.rounds = 2;
+  PlanResult two = evaluate(split, cfg, 16384, dev, 1e15);
+  EXPECT_NEAR(two.memory.activations, all.memory.activations / 2, 1.0);
+  PlanResult half = evaluate(helix_case({1, 4, 1}, 8), cfg, 16384, dev, 1e15);
+  EXPECT_NEAR(two.iteration, 2 * half.makespan, 1e-12);
+  EXPECT_GT(two.iteration, all.iteration);  // one more fill and drain
+  EXPECT_NEAR(two.tokens_per_s, 16 * 16384 / two.iteration, 1e-6);
+  // evaluate_fitting splits into calls only when it has to, and respects the limit.
+  PlanResult fitted = evaluate_fitting(big, cfg, 16384, dev, all.memory.total() - 1);
+  ASSERT_TRUE(fitted.fits);
+  EXPECT_TRUE(fitted.c.rounds > 1 || fitted.c.mlp_chunk > 0);
+  EXPECT_LE(fitted.memory.total(), all.memory.total() - 1);
+  EXPECT_EQ(fitted.c.microbatches * fitted.c.rounds, 16);
+  EXPECT_EQ(evaluate_fitting(big, cfg, 16384, dev, 1e15).c.rounds, 1);
+}
+
+TEST(Parallel, LayoutsCoverEveryFactorization) {
+  auto ls = layouts(16, 8, 8);
+  for (const Layout& l : ls) {
+    EXPECT_EQ(l.gpus(), 16);
+    EXPECT_EQ(8 % l.pp, 0);
+    EXPECT_GE(l.pp, 2);
+    EXPECT_LE(l.tp, 8);
+  }
+  // t in {1,2,4,8}; pp in {2,4,8} dividing 16/t: 3 + 3 + 2 + 1 = 9.
+  EXPECT_EQ(ls.size(), 9u);
+}
+
+}  // namespace
+}  // namespace hp
