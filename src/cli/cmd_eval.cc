@@ -16,7 +16,7 @@ namespace hp::cli {
 int cmd_eval(int argc, char** argv) {
   CLI::App app("Loss and perplexity of a checkpoint on a data file.", "eval");
   std::string checkpoint, data;
-  int64_t seq_len = 0, batch = 4, max_sequences = 0;
+  int64_t seq_len = 0, batch = 4, max_sequences = 0, skip = 0;
   int threads = 0;
   app.add_option("--checkpoint", checkpoint, "model folder (config.json + model.safetensors)")
       ->required();
@@ -25,12 +25,15 @@ int cmd_eval(int argc, char** argv) {
   app.add_option("--batch-size", batch, "sequences per forward pass (default 4)");
   app.add_option("--max-sequences", max_sequences,
                  "evaluate only the first N sequences (default 0: all in the file)");
+  app.add_option("--skip-sequences", skip,
+                 "start at this sequence (e.g. past the part of the file used for training)");
   app.add_option("--threads", threads, "compute threads (default 0: OMP_NUM_THREADS or all cores)");
   if (auto rc = parse_flags(app, argc, argv)) return *rc;
   HP_CHECK(seq_len >= 1, "--seq-len must be >= 1, got {}", seq_len);
   HP_CHECK(batch >= 1, "--batch-size must be >= 1, got {}", batch);
   HP_CHECK(max_sequences >= 0, "--max-sequences must be >= 0, got {}", max_sequences);
   HP_CHECK(threads >= 0, "--threads must be >= 0, got {}", threads);
+  HP_CHECK(skip >= 0, "--skip-sequences must be >= 0, got {}", skip);
 
   const CheckpointInfo info = open_checkpoint(checkpoint);
   const ModelConfig cfg = checkpoint_model_config(info);
@@ -40,7 +43,11 @@ int cmd_eval(int argc, char** argv) {
   load_checkpoint_params(info, params);
   const TokenSource source = TokenSource::open(data);
   const SequenceReader reader(source, seq_len, cfg.vocab);
-  const int64_t n = max_sequences > 0 ? std::min(max_sequences, reader.sequences()) : reader.sequences();
+  HP_CHECK(skip < reader.sequences(),
+           "--skip-sequences {} leaves nothing: '{}' holds {} sequences of {} tokens", skip, data,
+           reader.sequences(), seq_len);
+  const int64_t avail = reader.sequences() - skip;
+  const int64_t n = max_sequences > 0 ? std::min(max_sequences, avail) : avail;
   auto kernels = make_cpu_kernels(threads);
   Model model(cfg, *kernels, params);
   std::vector<int32_t> tokens, targets;
@@ -49,13 +56,13 @@ int cmd_eval(int argc, char** argv) {
     const int64_t rows = std::min(batch, n - first);
     tokens.resize(rows * seq_len);
     targets.resize(rows * seq_len);
-    reader.read(first, rows, /*wrap=*/false, tokens.data(), targets.data());
+    reader.read(skip + first, rows, /*wrap=*/false, tokens.data(), targets.data());
     sum += eval_loss(model, tokens.data(), targets.data(), rows, seq_len) *
            static_cast<double>(rows * seq_len);
   }
   const double loss = sum / static_cast<double>(n * seq_len);
-  fmt::print("evaluated {} sequences of {} tokens ({} target tokens) from {}\n", n, seq_len,
-             n * seq_len, data);
+  fmt::print("evaluated sequences {}..{} of {} tokens ({} target tokens) from {}\n", skip,
+             skip + n - 1, seq_len, n * seq_len, data);
   fmt::print("{}\n", nlohmann::json{{"loss", loss}, {"ppl", std::exp(loss)}}.dump());
   return 0;
 }

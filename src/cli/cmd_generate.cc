@@ -1,6 +1,7 @@
-// helixpipe generate: samples text from a checkpoint, one byte token at a time. Decoding runs the
-// whole (windowed) context forward for every new token: no KV cache yet, so it is O(n^2) in the
-// context and meant for short demos.
+// helixpipe generate: samples text from a checkpoint, one byte token at a time. By default an
+// incremental decoder with a key/value cache (runtime/decoder.h) costs one pass over the weights
+// per token; when the cache fills up (--context) it restarts from the last half of the context.
+// --no-cache instead re-runs the model's forward pass over the last --context tokens per token.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/train_cli.h"
 #include "data/tokenizer.h"
+#include "runtime/decoder.h"
 #include "runtime/sampling.h"
 #include "runtime/trainer.h"
 #include "util/error.h"
@@ -22,6 +24,7 @@ int cmd_generate(int argc, char** argv) {
   double temperature = 0.8;
   uint64_t seed = 1;
   int threads = 0;
+  bool no_cache = false;
   app.add_option("--checkpoint", checkpoint, "model folder (config.json + model.safetensors)")
       ->required();
   app.add_option("--prompt", prompt, "text to continue")->required();
@@ -33,6 +36,8 @@ int cmd_generate(int argc, char** argv) {
                  "the model sees at most the last N tokens (default 512, capped by "
                  "max_position_embeddings)");
   app.add_option("--threads", threads, "compute threads (default 0: OMP_NUM_THREADS or all cores)");
+  app.add_flag("--no-cache", no_cache,
+               "re-run the forward pass over the context for every token instead of the KV cache");
   if (auto rc = parse_flags(app, argc, argv)) return *rc;
   HP_CHECK(!prompt.empty(), "--prompt is empty; give at least one character to continue");
   HP_CHECK(n_tokens >= 0, "--tokens must be >= 0, got {}", n_tokens);
@@ -55,13 +60,32 @@ int cmd_generate(int argc, char** argv) {
     HP_CHECK(t < cfg.vocab, "the prompt has byte {} but the model's vocab_size is {}", t, cfg.vocab);
   }
   std::vector<float> logits(cfg.vocab);
+  IncrementalDecoder decoder(params, context);
+  // Logits after the last token of `tokens`.
+  auto next_logits = [&]() {
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    if (no_cache) {
+      const int64_t len = std::min<int64_t>(context, n);
+      forward_logits(model, tokens.data() + n - len, 1, len, logits.data(), /*last_only=*/true);
+      return;
+    }
+    std::span<const float> out;
+    if (decoder.length() == 0 || decoder.length() == context) {
+      // (Re)fill the cache from the end of the text: all of it, or half the window when full.
+      const int64_t len = decoder.length() == 0 ? std::min<int64_t>(context, n)
+                                                : std::max<int64_t>(1, context / 2);
+      decoder.reset();
+      for (int64_t i = n - len; i < n; ++i) out = decoder.push(tokens[i]);
+    } else {
+      out = decoder.push(tokens.back());
+    }
+    std::copy(out.begin(), out.end(), logits.begin());
+  };
   Rng rng(seed);
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
   for (int64_t i = 0; i < n_tokens; ++i) {
-    const int64_t len = std::min<int64_t>(context, static_cast<int64_t>(tokens.size()));
-    forward_logits(model, tokens.data() + tokens.size() - len, 1, len, logits.data(),
-                   /*last_only=*/true);
+    next_logits();
     const int32_t next = sample_token(logits, limit, temperature, top_k, rng);
     tokens.push_back(next);
     const char c = static_cast<char>(next);

@@ -19,11 +19,11 @@ namespace hp::cli {
 
 namespace {
 
-// Every part costs one time unit forward, one for I and one for W (B = 2); links are free.
+// Every layer part (pre, attn, post) costs one time unit forward, one for I and one for W
+// (B = 2); embed and head cost nothing, as in the papers' schedule figures; links are free.
 CostModel unit_costs() {
   CostModel c;
-  for (PartKind k : {PartKind::kEmbed, PartKind::kPre, PartKind::kAttn, PartKind::kPost,
-                     PartKind::kHead})
+  for (PartKind k : {PartKind::kPre, PartKind::kAttn, PartKind::kPost})
     for (Dir d : {Dir::kF, Dir::kI, Dir::kW}) c.set_part_time(k, d, 1.0);
   return c;
 }
@@ -39,7 +39,8 @@ int cmd_schedule(int argc, char** argv) {
   app.add_option("--format", format,
                  "text (one op a line), json, svg (timeline picture), trace (Chrome/Perfetto "
                  "JSON) or lowered (every stage's communication ops too, for reading); svg and "
-                 "trace simulate with unit part costs and free links")
+                 "trace simulate with one time unit per layer part and direction (embed and "
+                 "head free) and free links")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json", "svg", "trace", "lowered"}));
   std::string model;

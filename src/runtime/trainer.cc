@@ -101,7 +101,9 @@ StepRecord Trainer::step(const SequenceReader& data) {
   so.recompute = shape_.recompute;
   const double loss =
       loss_and_grads(*model_, tokens_.data(), targets_.data(), shape_.microbatch_size,
-                     shape_.seq_len, static_cast<int>(shape_.microbatches), so);
+                     shape_.seq_len, static_cast<int>(shape_.microbatches), so, &store_);
+  HP_CHECK(store_.size() == 0, "internal: values left in the store after a step: {}",
+           store_.describe());
   const std::vector<double> partials = grad_square_partials(params_);
   const double norm = global_norm_from_partials(partials);
   HP_CHECK(std::isfinite(loss) && std::isfinite(norm),

@@ -83,6 +83,9 @@ class Trainer {
   Params& params() { return params_; }
   Model& model() { return *model_; }
   AdamW& optimizer() { return opt_; }
+  // Activations live here across steps: its pool is reused, so steps after the first allocate no
+  // activation buffers (allocations() stays put).
+  const ValueStore& store() const { return store_; }
 
  private:
   ModelConfig cfg_;
@@ -93,6 +96,7 @@ class Trainer {
   AdamW opt_;
   std::vector<ParamRef> refs_;
   std::vector<int32_t> tokens_, targets_;
+  ValueStore store_;
 };
 
 // Model FLOPs of one training step (forward + backward, no recomputation counted): 6 * (matrix

@@ -94,7 +94,9 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
       // Hugging Face keys that we accept and ignore (their values do not change the math here)
       "architectures", "model_type", "torch_dtype", "hidden_act", "attention_bias",
       "attention_dropout", "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range",
-      "mlp_bias", "pretraining_tp", "rope_scaling", "transformers_version", "use_cache"};
+      "mlp_bias", "pretraining_tp", "rope_scaling", "transformers_version", "use_cache",
+      // newer transformers: "dtype" replaces torch_dtype; rope settings under rope_parameters
+      "dtype", "_name_or_path", "rope_parameters"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = false;
     for (const char* k : kKnown) known = known || it.key() == k;
@@ -139,6 +141,18 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
              "{}: head_dim must equal hidden_size / num_attention_heads (we do not support a "
              "separate head_dim)",
              where);
+  }
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    const nlohmann::json& rp = j["rope_parameters"];
+    HP_CHECK(rp.is_object(), "{}: rope_parameters must be an object", where);
+    HP_CHECK(!rp.contains("rope_type") || rp["rope_type"] == "default",
+             "{}: rope_parameters.rope_type {} is not supported (only \"default\" rotary)", where,
+             rp.value("rope_type", nlohmann::json()).dump());
+    if (rp.contains("rope_theta")) {
+      HP_CHECK(rp["rope_theta"].is_number(), "{}: rope_parameters.rope_theta must be a number",
+               where);
+      c.rope_theta = rp["rope_theta"].get<double>();
+    }
   }
   if (j.contains("rope_scaling")) {
     HP_CHECK(j["rope_scaling"].is_null(), "{}: rope_scaling is not supported; remove it or set null",

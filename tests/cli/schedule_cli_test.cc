@@ -219,6 +219,18 @@ TEST(ValidateCli, DeadlockReportNamesStuckOpsAndDrawsTheGrid) {
       << r.out;
 }
 
+TEST(ValidateCli, JsonReportOfABrokenFile) {
+  CliResult r = run_cli("validate " + data("broken_w_before_i.txt") + " --format=json");
+  EXPECT_EQ(r.code, 1);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["valid"], false);
+  ASSERT_EQ(j["errors"].size(), 4u);
+  EXPECT_EQ(j["errors"][3],
+            "stage 1 op 3 (W 1 head post:2 attn:2 pre:2) runs the W of head for micro-batch 1 "
+            "before its I (stage 1 op 4 (I 1 head post:2 attn:2 pre:2))");
+  EXPECT_FALSE(j.contains("stages"));
+}
+
 TEST(ValidateCli, ParseErrorsNameFileAndLine) {
   CliResult r = run_cli("validate " + data("broken_bad_part.txt"));
   EXPECT_EQ(r.code, 1);

@@ -11,10 +11,13 @@
 // sum over up to 4 query heads of a GQA group: 5e-5.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu_kernels.h"
@@ -191,6 +194,46 @@ TEST_P(CpuKernelsTest, AttentionRepeatableAcrossCalls) {
   k1_->attention_forward(big, qkv2.data(), qkv2.data() + 64, qkv2.data() + 96, o2.data(), lse2.data());
   k1_->attention_forward(s, q, q + 64, q + 96, o_b.data(), lse.data());
   EXPECT_EQ(o_a, o_b);
+}
+
+// Ranks run as threads may share one backend object: concurrent calls (each with its own shape)
+// give the same bits as the same calls made one after the other.
+TEST_P(CpuKernelsTest, ConcurrentCallsOnOneObject) {
+  constexpr int kCallers = 3;
+  std::vector<AttnShape> shapes;
+  std::vector<FVec> inputs, douts;
+  for (int i = 0; i < kCallers; ++i) {
+    const int64_t seq = 50 + 40 * i, heads = 2, d = 32;
+    shapes.push_back(AttnShape{1, seq, heads, 1, d, (heads + 2) * d, heads * d});
+    inputs.push_back(randn(seq * (heads + 2) * d, 90 + i));
+    douts.push_back(randn(seq * heads * d, 95 + i));
+  }
+  auto run = [&](int i, FVec& o, FVec& g, FVec& rope_x) {
+    const AttnShape& s = shapes[i];
+    const float* q = inputs[i].data();
+    FVec lse(s.heads * s.seq);
+    o.assign(s.seq * s.ld_o, 0.0f);
+    g.assign(s.seq * s.ld_qkv, 0.0f);
+    for (int rep = 0; rep < 5; ++rep) {
+      k2_->attention_forward(s, q, q + 64, q + 96, o.data(), lse.data());
+      k2_->attention_backward(s, q, q + 64, q + 96, o.data(), douts[i].data(), lse.data(), g.data(),
+                              g.data() + 64, g.data() + 96);
+      rope_x = inputs[i];
+      k2_->rope(rope_x.data(), s.seq, s.ld_qkv, s.seq, 3, 32, 10000.0 + 1000.0 * i, false);
+    }
+  };
+  std::vector<FVec> o_serial(kCallers), g_serial(kCallers), r_serial(kCallers);
+  for (int i = 0; i < kCallers; ++i) run(i, o_serial[i], g_serial[i], r_serial[i]);
+  std::vector<FVec> o_par(kCallers), g_par(kCallers), r_par(kCallers);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kCallers; ++i)
+    threads.emplace_back([&, i] { run(i, o_par[i], g_par[i], r_par[i]); });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kCallers; ++i) {
+    EXPECT_EQ(o_par[i], o_serial[i]) << i;
+    EXPECT_EQ(g_par[i], g_serial[i]) << i;
+    EXPECT_EQ(r_par[i], r_serial[i]) << i;
+  }
 }
 
 TEST_P(CpuKernelsTest, RmsNormForwardBackward) {
@@ -397,6 +440,15 @@ TEST(CpuKernelsFactory, IsaChoiceAndNames) {
     EXPECT_THROW(make_cpu_kernels(1, CpuIsa::kAvx512), Error);
   }
   EXPECT_FALSE(blas_core_name().empty());
+}
+
+TEST(CpuKernelsFactory, EnvironmentForcesIsa) {
+  ASSERT_EQ(setenv("HP_CPU_ISA", "avx2", 1), 0);
+  EXPECT_EQ(make_cpu_kernels(1)->name(), "cpu-avx2");
+  ASSERT_EQ(setenv("HP_CPU_ISA", "sse9", 1), 0);
+  EXPECT_THROW(make_cpu_kernels(1), Error);
+  ASSERT_EQ(unsetenv("HP_CPU_ISA"), 0);
+  EXPECT_EQ(make_cpu_kernels(1)->name(), std::string("cpu-") + cpu_isa_name(cpu_best_isa()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, CpuKernelsTest, ::testing::ValuesIn(isas()),

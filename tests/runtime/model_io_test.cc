@@ -148,6 +148,20 @@ TEST(ModelIo, ConfigUsesTransformersDefaultsAndRejectsOthers) {
             std::string::npos);
 }
 
+TEST(ModelIo, ConfigFromNewerTransformers) {
+  // transformers 4.56+ writes "dtype"; v5 puts rope_theta under rope_parameters.
+  nlohmann::json j = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
+                      {"hidden_size", 8}, {"intermediate_size", 12}, {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2}, {"num_hidden_layers", 1}, {"vocab_size", 10},
+                      {"dtype", "float32"}, {"_name_or_path", "x"}, {"head_dim", 2},
+                      {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 500000.0}}}};
+  const ModelConfig c = model_config_from_hf(j, "cfg");
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.kv_heads, 2);
+  j["rope_parameters"]["rope_type"] = "yarn";
+  EXPECT_NE(error_of([&] { model_config_from_hf(j, "cfg"); }).find("rope_type"), std::string::npos);
+}
+
 TEST(ModelIo, SafetensorsRoundTrip) {
   for (bool tie : {false, true}) {
     TempDir dir;

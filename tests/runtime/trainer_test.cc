@@ -117,7 +117,11 @@ TEST_F(TrainerTest, ResumeThroughCheckpointIsBitwise) {
   Params a(cfg, Params::all_parts(cfg));
   a.init(4);
   Trainer ta(cfg, *kernels_, a, {}, shape, fresh_state(30));
-  for (int i = 0; i < 30; ++i) ta.step(reader);  // 180 sequences: wraps around the data
+  ta.step(reader);
+  const int64_t allocations = ta.store().allocations();
+  EXPECT_GT(allocations, 0);
+  for (int i = 1; i < 30; ++i) ta.step(reader);  // 180 sequences: wraps around the data
+  EXPECT_EQ(ta.store().allocations(), allocations);  // steady state: the pool is reused
   EXPECT_EQ(ta.state().next_sequence, 180);
 
   Params b(cfg, Params::all_parts(cfg));

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <vector>
 
@@ -41,6 +42,15 @@ class Scratch {
  private:
   float* p_ = nullptr;
   size_t n_ = 0;
+};
+
+// Everything a call may need besides its arguments. One workspace per concurrent caller (see
+// CpuKernels::Lease), so several threads (ranks run as threads) may share one backend object.
+struct Workspace {
+  Scratch attn, small;
+  std::vector<float> rope_cos, rope_sin;  // [positions][head_dim / 2]
+  int64_t rope_head_dim = -1, rope_npos = 0;
+  double rope_theta = 0;
 };
 
 int resolve_threads(int threads) {
@@ -83,7 +93,8 @@ class CpuKernels : public ReferenceKernels<float> {
   void rmsnorm_backward(float* dx, float* dg, const float* dy, const float* x, const float* g,
                         const float* rstd, int64_t rows, int64_t dim, bool accumulate) override {
     HP_CHECK(rows >= 0 && dim >= 1, "rmsnorm: bad shape rows={} dim={}", rows, dim);
-    float* part = small_.get(static_cast<size_t>(threads_ * dim));
+    Lease ws(*this);
+    float* part = ws->small.get(static_cast<size_t>(threads_ * dim));
     ops_.rmsnorm_bwd(dx, dg, dy, x, g, rstd, rows, dim, accumulate, part, threads_);
   }
 
@@ -95,18 +106,20 @@ class CpuKernels : public ReferenceKernels<float> {
              n_heads * head_dim);
     const int64_t half = head_dim / 2;
     const int64_t npos = std::min(seq, rows);  // positions actually used
-    if (rope_head_dim_ != head_dim || rope_theta_ != theta || rope_npos_ < npos) {
-      rope_cos_.resize(static_cast<size_t>(npos * half));
-      rope_sin_.resize(static_cast<size_t>(npos * half));
+    Lease ws(*this);
+    if (ws->rope_head_dim != head_dim || ws->rope_theta != theta || ws->rope_npos < npos) {
+      ws->rope_cos.resize(static_cast<size_t>(npos * half));
+      ws->rope_sin.resize(static_cast<size_t>(npos * half));
       for (int64_t p = 0; p < npos; ++p)
         for (int64_t j = 0; j < half; ++j)
-          rope_cos_sin(p, j, head_dim, theta, &rope_cos_[p * half + j], &rope_sin_[p * half + j]);
-      rope_head_dim_ = head_dim;
-      rope_theta_ = theta;
-      rope_npos_ = npos;
+          rope_cos_sin(p, j, head_dim, theta, &ws->rope_cos[p * half + j],
+                       &ws->rope_sin[p * half + j]);
+      ws->rope_head_dim = head_dim;
+      ws->rope_theta = theta;
+      ws->rope_npos = npos;
     }
-    ops_.rope(x, rows, ld, seq, n_heads, head_dim, rope_cos_.data(), rope_sin_.data(), inverse,
-              threads_);
+    ops_.rope(x, rows, ld, seq, n_heads, head_dim, ws->rope_cos.data(), ws->rope_sin.data(),
+              inverse, threads_);
   }
 
   void attention_forward(const AttnShape& s, const float* q, const float* k, const float* v,
@@ -116,7 +129,8 @@ class CpuKernels : public ReferenceKernels<float> {
       ReferenceKernels<float>::attention_forward(s, q, k, v, o, lse);
       return;
     }
-    float* scratch = attn_.get(ops_.attn_fwd_scratch(s, threads_));
+    Lease ws(*this);
+    float* scratch = ws->attn.get(ops_.attn_fwd_scratch(s, threads_));
     ops_.attn_fwd(s, q, k, v, o, lse, scratch, threads_);
   }
   void attention_backward(const AttnShape& s, const float* q, const float* k, const float* v,
@@ -127,7 +141,8 @@ class CpuKernels : public ReferenceKernels<float> {
       ReferenceKernels<float>::attention_backward(s, q, k, v, o, dout, lse, dq, dk, dv);
       return;
     }
-    float* scratch = attn_.get(ops_.attn_bwd_scratch(s, threads_));
+    Lease ws(*this);
+    float* scratch = ws->attn.get(ops_.attn_bwd_scratch(s, threads_));
     ops_.attn_bwd(s, q, k, v, o, dout, lse, dq, dk, dv, scratch, threads_);
   }
 
@@ -188,7 +203,8 @@ class CpuKernels : public ReferenceKernels<float> {
   // Block sums in double, added in block order: the same result for every thread count.
   double sum_squares(const float* x, int64_t n) override {
     const int64_t nb = (n + cpu::kSumBlock - 1) / cpu::kSumBlock;
-    double* part = reinterpret_cast<double*>(small_.get(static_cast<size_t>(2 * nb + 2)));
+    Lease ws(*this);
+    double* part = reinterpret_cast<double*>(ws->small.get(static_cast<size_t>(2 * nb + 2)));
     ops_.sum_squares_blocks(x, n, part, threads_);
     double total = 0;
     for (int64_t b = 0; b < nb; ++b) total += part[b];
@@ -231,10 +247,34 @@ class CpuKernels : public ReferenceKernels<float> {
   int threads_;
   CpuIsa isa_;
   const cpu::IsaOps& ops_;
-  Scratch attn_, small_;
-  std::vector<float> rope_cos_, rope_sin_;
-  int64_t rope_head_dim_ = -1, rope_npos_ = 0;
-  double rope_theta_ = 0;
+  // Takes a free workspace for the duration of one call (a new one only when every existing one
+  // is in use by another thread, so one caller never allocates in steady state).
+  class Lease {
+   public:
+    explicit Lease(CpuKernels& k) : k_(k) {
+      std::lock_guard<std::mutex> lock(k_.pool_mu_);
+      if (k_.free_.empty()) {
+        ws_ = std::make_unique<Workspace>();
+      } else {
+        ws_ = std::move(k_.free_.back());
+        k_.free_.pop_back();
+      }
+    }
+    ~Lease() {
+      std::lock_guard<std::mutex> lock(k_.pool_mu_);
+      k_.free_.push_back(std::move(ws_));
+    }
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    Workspace* operator->() { return ws_.get(); }
+
+   private:
+    CpuKernels& k_;
+    std::unique_ptr<Workspace> ws_;
+  };
+
+  std::mutex pool_mu_;
+  std::vector<std::unique_ptr<Workspace>> free_;
 };
 
 }  // namespace
