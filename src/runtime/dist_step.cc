@@ -3,9 +3,27 @@
 #include <set>
 
 #include "runtime/trainer.h"
+#include "schedule/lower.h"
+#include "schedule/text_io.h"
+#include "schedule/validate.h"
 #include "util/error.h"
 
 namespace hp {
+
+Schedule load_checked_schedule(const std::string& path, const ModelConfig& cfg,
+                               int64_t tokens_per_mb) {
+  Schedule sch = load_schedule(path);
+  if (sch.layers != cfg.layers)
+    throw Error("schedule " + path + " is written for " + std::to_string(sch.layers) +
+                " layers but the model has " + std::to_string(cfg.layers) +
+                "; write it for the model's layer count");
+  ValidationReport rep = validate(sch, ValidateOptions{&cfg, tokens_per_mb});
+  if (!rep.ok())
+    throw Error("schedule " + path + " refused before any rank computes: " + rep.text(sch) +
+                "fix the file (helixpipe validate " + path + " shows the same report)");
+  lower(sch, &cfg, tokens_per_mb);
+  return sch;
+}
 
 std::vector<Part> stage_parts(const Schedule& sch, int stage) {
   std::set<Part> parts;

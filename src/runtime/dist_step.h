@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/comm.h"
@@ -18,6 +19,12 @@
 #include "schedule/ir.h"
 
 namespace hp {
+
+// Reads a schedule file (text or JSON), validates it for (cfg, tokens_per_mb) and lowers it.
+// Throws hp::Error with the validator's full report when the schedule is broken, so every rank
+// refuses it before anything is computed or sent.
+Schedule load_checked_schedule(const std::string& path, const ModelConfig& cfg,
+                               int64_t tokens_per_mb);
 
 // The parts stage `stage` of a schedule runs (its parameters), in model order.
 std::vector<Part> stage_parts(const Schedule& sch, int stage);
