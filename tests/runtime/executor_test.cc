@@ -258,3 +258,55 @@ TEST(Executor, SixStepsHelixDataParallel) { multi_step("helix", 2, 2, 2, 1, fals
 
 }  // namespace
 }  // namespace hp
+
+namespace hp {
+namespace {
+
+// The measured run as a Timeline: one event per compute op, a send and a receive per message,
+// compute events in op order without overlap, and a Chrome trace that names them.
+TEST(Executor, RecordsTimeline) {
+  ModelConfig cfg = test::tiny_config();
+  cfg.layers = 4;
+  const int64_t B = 1, S = 4;
+  Schedule sch = generate(ScheduleSpec{"helix", 2, 4, 4, 2, 1, Recompute::kNoAttn});
+  lower(sch, &cfg, B * S);
+  auto tokens = test::random_tokens(B * S * 4, cfg.vocab, 8);
+  std::vector<Timeline> tls(2);
+  const double origin = now_s();
+  LocalWorld world(2);
+  world.run([&](Comm& comm) {
+    GridComms grid = split_grid(comm, 1, 2);
+    auto k = make_reference_kernels<float>();
+    DistStage stage(sch, grid, cfg, *k, B, S);
+    stage.params().init(2);
+    stage.loss_and_grads(tokens.data(), tokens.data(), ExecutorOptions{&tls[grid.p], origin});
+  });
+  Timeline all;
+  all.num_stages = 2;
+  size_t sends = 0, recvs = 0;
+  for (int p = 0; p < 2; ++p) {
+    size_t compute = 0;
+    double last_end = 0;
+    for (const TimelineEvent& ev : tls[p].events) {
+      EXPECT_EQ(ev.stage, p);
+      EXPECT_LE(ev.start, ev.end);
+      if (ev.is_compute()) {
+        EXPECT_EQ(ev.name, compute_event_name(sch.stages[p].ops[compute]));
+        EXPECT_GE(ev.start, last_end) << "compute events overlap on stage " << p;
+        last_end = ev.end;
+        ++compute;
+      }
+      sends += ev.category == "send";
+      recvs += ev.category == "recv";
+      all.events.push_back(ev);
+    }
+    EXPECT_EQ(compute, sch.stages[p].ops.size());
+  }
+  EXPECT_EQ(sends, sch.messages.size());
+  EXPECT_EQ(recvs, sch.messages.size());
+  const std::string trace = render_chrome_trace(all);
+  EXPECT_NE(trace.find(compute_event_name(sch.stages[1].ops[0])), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hp
