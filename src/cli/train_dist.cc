@@ -16,6 +16,9 @@
 #include "data/token_file.h"
 #include "kernels/kernels.h"
 #include "runtime/dist_step.h"
+#include "runtime/model_io.h"
+#include "checkpoint/safetensors.h"
+#include <nlohmann/json.hpp>
 #include "runtime/progress.h"
 #include "runtime/trainer.h"
 #include "schedule/generate.h"
@@ -220,6 +223,80 @@ int train_dist_main(int argc, char** argv) {
       fmt::print("done: {} steps, {} tok/s; loss {:.4f} -> {:.4f}{}\n", end - first_step,
                  format_count(tokens_run / compute_seconds), st.history[st.history.size() - static_cast<size_t>(end - first_step)].loss,
                  st.history.back().loss, f.save.empty() ? "" : "; saved " + f.save);
+    }
+    world->barrier();
+  } catch (const std::exception& e) {
+    world->abort(std::string("rank ") + std::to_string(world->rank()) + ": error: " + e.what());
+  }
+  return 0;
+}
+
+int grad_dist_main(int argc, char** argv) {
+  CLI::App app("Loss and gradients of a checkpoint, computed by the pipelined runtime under mpirun.",
+               "grad");
+  GradFlags f;
+  add_grad_flags(app, f);
+  std::string sched_name = "helix", sched_file, transfer = "weights";
+  int stages = 1, folds = 1, virt = 1, dp = 1;
+  app.add_option("--schedule", sched_name, "gpipe, 1f1b, interleaved, zb1p or helix");
+  app.add_option("--schedule-file", sched_file, "run this hand-written schedule (validated first)");
+  app.add_option("--stages", stages, "pipeline stages P")->check(CLI::PositiveNumber);
+  app.add_option("--folds", folds, "HelixPipe folds F")->check(CLI::PositiveNumber);
+  app.add_option("--virtual", virt, "virtual stages (interleaved)")->check(CLI::PositiveNumber);
+  app.add_option("--data-parallel", dp, "data-parallel replicas D")->check(CLI::PositiveNumber);
+  app.add_option("--transfer", transfer, "weights or activations (helix)");
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
+  auto world = MpiComm::init_world(&argc, &argv, CommOptions{});
+  try {
+    check_grad_flags(f);
+    const CheckpointInfo info = open_checkpoint(f.checkpoint);
+    const ModelConfig cfg = checkpoint_model_config(info);
+    if (f.microbatches % dp != 0)
+      throw Error(fmt::format("--microbatches {} must be a multiple of --data-parallel {}",
+                              f.microbatches, dp));
+    const int M = static_cast<int>(f.microbatches / dp);
+    const int64_t B = f.microbatch_size, S = f.seq_len;
+    Schedule sch;
+    if (!sched_file.empty()) {
+      sch = load_checked_schedule(sched_file, cfg, B * S);
+    } else {
+      ScheduleSpec spec{sched_name, stages, M, static_cast<int>(cfg.layers), folds, virt,
+                        parse_recompute(f.recompute), parse_transfer(transfer)};
+      if (!app.get_option("--recompute")->count()) spec.recompute.reset();
+      sch = generate(spec);
+      ValidationReport rep = validate(sch, ValidateOptions{&cfg, B * S});
+      if (!rep.ok()) throw Error("the generated schedule is invalid: " + rep.text(sch));
+      lower(sch, &cfg, B * S);
+    }
+    GridComms grid = split_grid(*world, dp, sch.num_stages);
+    auto kernels = make_cpu_kernels(f.threads);
+    ModelOptions mo;
+    mo.mlp_chunk = f.mlp_chunk;
+    DistStage stage(sch, grid, cfg, *kernels, B, S, mo);
+    load_checkpoint_params(info, stage.params());
+    const TokenSource source = TokenSource::open(f.data);
+    const SequenceReader reader(source, S, cfg.vocab);
+    StepShape shape;
+    shape.seq_len = S;
+    shape.microbatch_size = B;
+    shape.microbatches = f.microbatches;
+    std::vector<int32_t> tokens, targets;
+    read_step_batch(reader, 0, shape, /*wrap=*/false, tokens, targets);
+    const int64_t off = static_cast<int64_t>(grid.d) * M * B * S;
+    DistStepResult r = stage.loss_and_grads(tokens.data() + off, targets.data() + off);
+    Params full(cfg, grid.d == 0 && grid.p == 0 ? Params::all_parts(cfg) : std::vector<Part>{});
+    if (grid.d == 0) stage.gather_grads(grid.p == 0 ? &full : nullptr);
+    if (world->rank() == 0) {
+      const auto grads = model_write_tensors(
+          cfg, [&](const std::string& name) -> const float* { return full.grad(name); });
+      write_safetensors(f.out, grads,
+                        {{"format", "pt"},
+                         {"helixpipe", "gradients of the mean loss"},
+                         {"loss", fmt::format("{:.9g}", r.loss)}});
+      fmt::print("wrote {}: gradients of {} tensors over {} sequences of {} tokens ({} x {} ranks, "
+                 "schedule {})\n",
+                 f.out, grads.size(), shape.sequences(), S, dp, sch.num_stages, sch.name);
+      fmt::print("{}\n", nlohmann::json{{"loss", r.loss}}.dump());
     }
     world->barrier();
   } catch (const std::exception& e) {

@@ -6,5 +6,7 @@ namespace hp::cli {
 
 // `mpirun -np D*P helixpipe train --schedule=helix --folds=2 --stages=P [--data-parallel=D] ...`
 int train_dist_main(int argc, char** argv);
+// `mpirun -np D*P helixpipe grad --stages=P ...`: the same gradient file as the single process.
+int grad_dist_main(int argc, char** argv);
 
 }  // namespace hp::cli

@@ -1,5 +1,6 @@
 #include "runtime/dist_step.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -105,6 +106,28 @@ void DistStage::gather_params(Params* full) {
     Request r = pipe.isend(params_->data(), params_->size() * static_cast<int64_t>(sizeof(float)),
                            0, 0);
     pipe.wait(r, "sending stage " + std::to_string(grid_.p) + "'s parameters to stage 0");
+  }
+}
+
+void DistStage::gather_grads(Params* full) {
+  Comm& pipe = *grid_.pipeline;
+  auto copy_grads = [&](const Params& from) {
+    for (const ParamTensor& t : from.tensors())
+      std::copy(from.grads() + t.offset, from.grads() + t.offset + t.numel, full->grad(t.name));
+  };
+  if (pipe.rank() == 0) {
+    if (!full) throw Error("gather_grads: stage 0 needs a whole-model Params to fill");
+    copy_grads(*params_);
+    for (int q = 1; q < pipe.size(); ++q) {
+      Params other(cfg_, stage_parts(sch_, q));
+      Request r = pipe.irecv(other.grads(), other.size() * static_cast<int64_t>(sizeof(float)), q, 0);
+      pipe.wait(r, "gradients of stage " + std::to_string(q));
+      copy_grads(other);
+    }
+  } else {
+    Request r = pipe.isend(params_->grads(), params_->size() * static_cast<int64_t>(sizeof(float)),
+                           0, 0);
+    pipe.wait(r, "sending stage " + std::to_string(grid_.p) + "'s gradients to stage 0");
   }
 }
 

@@ -59,6 +59,8 @@ class DistStage {
   // pipeline group of replica 0 (for checkpoints); other ranks only send. Collective over the
   // pipeline group.
   void gather_params(Params* full);
+  // The same for the gradients (into full->grads(), by tensor name).
+  void gather_grads(Params* full);
 
   Params& params() { return *params_; }
   Model& model() { return *model_; }
