@@ -109,10 +109,51 @@ int train_dist_main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     double compute_seconds = 0;
     Timeline tl;
+    // A checkpoint in the single-process layout: weights and AdamW moments of every stage
+    // gathered on rank 0 (replica 0's stages; the replicas hold identical copies).
     auto save = [&] {
-      Params full(cfg, Params::all_parts(cfg));
+      Params full(cfg, root ? Params::all_parts(cfg) : std::vector<Part>{});
       if (grid.d == 0) stage.gather_params(grid.p == 0 ? &full : nullptr);
-      if (root) save_training_checkpoint(f.save, full, nullptr, &st);
+      std::vector<StWriteTensor> moments = opt.state_tensors(refs);
+      std::vector<std::vector<float>> received;
+      if (grid.d == 0) {
+        Comm& pipe = *grid.pipeline;
+        if (pipe.rank() == 0) {
+          for (int q = 1; q < pipe.size(); ++q) {
+            Params other(cfg, stage_parts(sch, q));
+            for (const ParamRef& pr : param_refs(other)) {
+              for (const char* kind : {"exp_avg.", "exp_avg_sq."}) {
+                received.emplace_back(static_cast<size_t>(pr.numel()));
+                Request rq = pipe.irecv(received.back().data(), pr.numel() * 4, q, 4);
+                pipe.wait(rq, "optimizer state of stage " + std::to_string(q));
+                moments.push_back({kind + pr.name, StDType::kF32, pr.shape, nullptr});
+              }
+            }
+          }
+          // Pointers last: `received` no longer grows.
+          size_t k = 0;
+          for (StWriteTensor& t : moments)
+            if (t.data == nullptr) t.data = received[k++].data();
+        } else {
+          for (const StWriteTensor& t : moments) {
+            int64_t n = 1;
+            for (int64_t d : t.shape) n *= d;
+            Request rq = pipe.isend(t.data, n * 4, 0, 4);
+            pipe.wait(rq, "sending the optimizer state to stage 0");
+          }
+        }
+      }
+      if (root) {
+        CheckpointContents c;
+        c.config = model_config_to_hf(cfg);
+        c.model = model_write_tensors(
+            cfg, [&](const std::string& name) -> const float* { return full.param(name); });
+        c.optimizer = std::move(moments);
+        TrainState saved = st;
+        saved.microbatches = global.microbatches;  // the global batch: M per replica x D
+        c.trainer_state = saved.to_json();
+        save_checkpoint(f.save, c);
+      }
       world->barrier();
     };
     while (st.step < end) {
