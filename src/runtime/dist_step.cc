@@ -1,5 +1,7 @@
 #include "runtime/dist_step.h"
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "runtime/trainer.h"
@@ -76,6 +78,57 @@ double DistStage::global_grad_norm() {
   grid_.pipeline->allreduce_sum(&sum, 1);
   const double parts[1] = {sum};
   return global_norm_from_partials(parts);
+}
+
+double DistStage::optimizer_step(AdamW& opt, double lr, double max_norm) {
+  const double norm = global_grad_norm();
+  if (!std::isfinite(norm))
+    throw Error("the gradient norm is not finite (" + std::to_string(norm) +
+                "); lower the learning rate or check the data");
+  std::vector<ParamRef> refs = param_refs(*params_);
+  opt.step(refs, lr, clip_factor(norm, max_norm));
+  return norm;
+}
+
+void DistStage::gather_params(Params* full) {
+  Comm& pipe = *grid_.pipeline;
+  const int P = pipe.size();
+  if (pipe.rank() == 0) {
+    if (!full) throw Error("gather_params: stage 0 needs a whole-model Params to fill");
+    full->copy_from(*params_);
+    for (int q = 1; q < P; ++q) {
+      Params other(cfg_, stage_parts(sch_, q));
+      Request r = pipe.irecv(other.data(), other.size() * static_cast<int64_t>(sizeof(float)), q, 0);
+      pipe.wait(r, "parameters of stage " + std::to_string(q) + " for the checkpoint");
+      full->copy_from(other);
+    }
+  } else {
+    Request r = pipe.isend(params_->data(), params_->size() * static_cast<int64_t>(sizeof(float)),
+                           0, 0);
+    pipe.wait(r, "sending stage " + std::to_string(grid_.p) + "'s parameters to stage 0");
+  }
+}
+
+void DistStage::gather_grads(Params* full) {
+  Comm& pipe = *grid_.pipeline;
+  auto copy_grads = [&](const Params& from) {
+    for (const ParamTensor& t : from.tensors())
+      std::copy(from.grads() + t.offset, from.grads() + t.offset + t.numel, full->grad(t.name));
+  };
+  if (pipe.rank() == 0) {
+    if (!full) throw Error("gather_grads: stage 0 needs a whole-model Params to fill");
+    copy_grads(*params_);
+    for (int q = 1; q < pipe.size(); ++q) {
+      Params other(cfg_, stage_parts(sch_, q));
+      Request r = pipe.irecv(other.grads(), other.size() * static_cast<int64_t>(sizeof(float)), q, 0);
+      pipe.wait(r, "gradients of stage " + std::to_string(q));
+      copy_grads(other);
+    }
+  } else {
+    Request r = pipe.isend(params_->grads(), params_->size() * static_cast<int64_t>(sizeof(float)),
+                           0, 0);
+    pipe.wait(r, "sending stage " + std::to_string(grid_.p) + "'s gradients to stage 0");
+  }
 }
 
 }  // namespace hp

@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "model/params.h"
 #include "runtime/executor.h"
+#include "runtime/optimizer.h"
 #include "schedule/ir.h"
 
 namespace hp {
@@ -49,6 +50,17 @@ class DistStage {
   // sqrt of the sum over all stages of the squared gradients (call on every rank after
   // loss_and_grads; the data-parallel replicas hold equal gradients then).
   double global_grad_norm();
+
+  // Clip to max_norm (<= 0: no clipping) by the global norm over every stage, then one AdamW
+  // update of this stage's parameters with `opt` (one AdamW per rank, holding its stage's moments).
+  // Returns the global norm before clipping. Call on every rank after loss_and_grads.
+  double optimizer_step(AdamW& opt, double lr, double max_norm);
+  // Copies every stage's parameters into `full` (a whole-model Params) on world rank 0 of the
+  // pipeline group of replica 0 (for checkpoints); other ranks only send. Collective over the
+  // pipeline group.
+  void gather_params(Params* full);
+  // The same for the gradients (into full->grads(), by tensor name).
+  void gather_grads(Params* full);
 
   Params& params() { return *params_; }
   Model& model() { return *model_; }

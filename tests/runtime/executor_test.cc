@@ -11,6 +11,7 @@
 #include "kernels/kernels.h"
 #include "../model/model_test_util.h"
 #include "runtime/dist_step.h"
+#include "runtime/trainer.h"
 #include "schedule/generate.h"
 #include "schedule/lower.h"
 #include "schedule/validate.h"
@@ -145,6 +146,167 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Grid, ExecutorRun, ::testing::ValuesIn(cases()),
                          [](const auto& param_info) { return case_name(param_info.param); });
+
+}  // namespace
+}  // namespace hp
+
+namespace hp {
+namespace {
+
+// A stage whose peer never runs: the watchdog names the message, the op it feeds and the peer.
+TEST(Executor, WatchdogNamesMessageOpAndPeer) {
+  ModelConfig cfg = test::tiny_config();
+  const int64_t B = 1, S = 3;
+  Schedule sch = generate(ScheduleSpec{"1f1b", 2, 2, 2, 1, 1, Recompute::kNone});
+  lower(sch, &cfg, B * S);
+  auto tokens = test::random_tokens(B * S * 2, cfg.vocab, 3);
+  LocalWorld world(2, CommOptions{0.5, false});
+  try {
+    world.run([&](Comm& comm) {
+      GridComms grid = split_grid(comm, 1, 2);
+      if (grid.p == 1) return;  // stage 1 never runs its ops
+      auto k = make_reference_kernels<float>();
+      DistStage stage(sch, grid, cfg, *k, B, S);
+      stage.params().init(1);
+      stage.loss_and_grads(tokens.data(), tokens.data());
+    });
+    FAIL() << "the step finished although stage 1 never ran";
+  } catch (const std::exception& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("rank 0 waits for"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("of stage 0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("stage 1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("from rank 1"), std::string::npos) << msg;
+  }
+}
+
+// A schedule lowered for another micro-batch size is refused up front.
+TEST(Executor, RefusesScheduleSizedForAnotherMicrobatch) {
+  ModelConfig cfg = test::tiny_config();
+  Schedule sch = generate(ScheduleSpec{"helix", 2, 2, 2, 1, 1, Recompute::kNoAttn});
+  lower(sch, &cfg, 4);
+  LocalWorld world(2);
+  EXPECT_THROW(world.run([&](Comm& comm) { StageExecutor ex(sch, comm.rank(), comm, cfg, 6); }),
+               Error);
+}
+
+// Several optimizer steps: the pipeline (and D=2 x P=2) follows the one-process trainer's losses
+// and parameters; gpipe accumulates in the same order, so it is bitwise equal.
+void multi_step(const std::string& name, int D, int P, int M, int folds, bool bitwise) {
+  ModelConfig cfg = test::tiny_config();
+  cfg.layers = 2 * folds;
+  const int64_t B = 1, S = 4;
+  const int steps = 6;
+  Schedule sch = generate(ScheduleSpec{name, P, M, static_cast<int>(cfg.layers), folds, 1,
+                                       name == "helix" ? Recompute::kNoAttn : Recompute::kNone});
+  lower(sch, &cfg, B * S);
+  auto tokens = test::random_tokens(B * S * M * D * steps, cfg.vocab, 61);
+  auto targets = test::random_tokens(B * S * M * D * steps, cfg.vocab, 62);
+  const double lr = 1e-2, clip = 0;  // no clipping: the norm's summation order is not the point
+  auto kern = make_reference_kernels<float>();
+  Params ref(cfg, Params::all_parts(cfg));
+  ref.init(4);
+  Model ref_model(cfg, *kern, ref);
+  AdamW ref_opt;
+  std::vector<double> ref_losses;
+  std::vector<ParamRef> refs = param_refs(ref);
+  for (int s = 0; s < steps; ++s) {
+    ref.zero_grad();
+    const int64_t off = static_cast<int64_t>(s) * B * S * M * D;
+    ref_losses.push_back(loss_and_grads(ref_model, tokens.data() + off, targets.data() + off, B, S, M * D));
+    ref_opt.step(refs, lr, 1.0);
+  }
+  std::mutex mu;
+  Params full(cfg, Params::all_parts(cfg));
+  std::vector<double> losses;
+  LocalWorld world(D * P);
+  world.run([&](Comm& comm) {
+    GridComms grid = split_grid(comm, D, P);
+    auto k = make_reference_kernels<float>();
+    DistStage stage(sch, grid, cfg, *k, B, S);
+    stage.params().init(4);
+    AdamW opt;
+    for (int s = 0; s < steps; ++s) {
+      const int64_t off = (static_cast<int64_t>(s) * D + grid.d) * B * S * M;
+      DistStepResult r = stage.loss_and_grads(tokens.data() + off, targets.data() + off);
+      stage.optimizer_step(opt, lr, clip);
+      if (comm.rank() == 0) losses.push_back(r.loss);
+    }
+    if (grid.d == 0) stage.gather_params(grid.p == 0 ? &full : nullptr);
+  });
+  ASSERT_EQ(losses.size(), ref_losses.size());
+  for (int s = 0; s < steps; ++s) {
+    if (bitwise) {
+      EXPECT_EQ(losses[s], ref_losses[s]) << "step " << s;
+    }
+    EXPECT_NEAR(losses[s], ref_losses[s], 1e-6 * std::abs(ref_losses[s])) << "step " << s;
+  }
+  double err = 0, mx = 0;
+  for (int64_t i = 0; i < ref.size(); ++i) {
+    err = std::max(err, std::abs(double(full.data()[i]) - ref.data()[i]));
+    mx = std::max(mx, std::abs(double(ref.data()[i])));
+  }
+  if (bitwise) {
+    EXPECT_EQ(err, 0);
+  }
+  EXPECT_LE(err, 1e-5 * mx);
+}
+
+TEST(Executor, SixStepsGpipeBitwise) { multi_step("gpipe", 1, 2, 3, 1, true); }
+TEST(Executor, SixStepsHelixTwoFolds) { multi_step("helix", 1, 2, 4, 2, false); }
+TEST(Executor, SixStepsHelixDataParallel) { multi_step("helix", 2, 2, 2, 1, false); }
+
+}  // namespace
+}  // namespace hp
+
+namespace hp {
+namespace {
+
+// The measured run as a Timeline: one event per compute op, a send and a receive per message,
+// compute events in op order without overlap, and a Chrome trace that names them.
+TEST(Executor, RecordsTimeline) {
+  ModelConfig cfg = test::tiny_config();
+  cfg.layers = 4;
+  const int64_t B = 1, S = 4;
+  Schedule sch = generate(ScheduleSpec{"helix", 2, 4, 4, 2, 1, Recompute::kNoAttn});
+  lower(sch, &cfg, B * S);
+  auto tokens = test::random_tokens(B * S * 4, cfg.vocab, 8);
+  std::vector<Timeline> tls(2);
+  const double origin = now_s();
+  LocalWorld world(2);
+  world.run([&](Comm& comm) {
+    GridComms grid = split_grid(comm, 1, 2);
+    auto k = make_reference_kernels<float>();
+    DistStage stage(sch, grid, cfg, *k, B, S);
+    stage.params().init(2);
+    stage.loss_and_grads(tokens.data(), tokens.data(), ExecutorOptions{&tls[grid.p], origin});
+  });
+  Timeline all;
+  all.num_stages = 2;
+  size_t sends = 0, recvs = 0;
+  for (int p = 0; p < 2; ++p) {
+    size_t compute = 0;
+    double last_end = 0;
+    for (const TimelineEvent& ev : tls[p].events) {
+      EXPECT_EQ(ev.stage, p);
+      EXPECT_LE(ev.start, ev.end);
+      if (ev.is_compute()) {
+        EXPECT_EQ(ev.name, compute_event_name(sch.stages[p].ops[compute]));
+        EXPECT_GE(ev.start, last_end) << "compute events overlap on stage " << p;
+        last_end = ev.end;
+        ++compute;
+      }
+      sends += ev.category == "send";
+      recvs += ev.category == "recv";
+      all.events.push_back(ev);
+    }
+    EXPECT_EQ(compute, sch.stages[p].ops.size());
+  }
+  EXPECT_EQ(sends, sch.messages.size());
+  EXPECT_EQ(recvs, sch.messages.size());
+  const std::string trace = render_chrome_trace(all);
+  EXPECT_NE(trace.find(compute_event_name(sch.stages[1].ops[0])), std::string::npos);
+}
 
 }  // namespace
 }  // namespace hp
