@@ -7,6 +7,8 @@
 
 #include "checkpoint/safetensors.h"
 #include "cli/commands.h"
+#include "cli/train_dist.h"
+#include "comm/mpi_comm.h"
 #include "cli/train_cli.h"
 #include "data/token_file.h"
 #include "runtime/model_io.h"
@@ -16,6 +18,8 @@
 namespace hp::cli {
 
 int cmd_grad(int argc, char** argv) {
+  // Under mpirun the ranks run the pipelined (D x P) path; cli/train_dist.h.
+  if (MpiComm::launched_by_mpirun()) return grad_dist_main(argc, argv);
   CLI::App app("Loss and gradients of a checkpoint on the first B*M sequences of a data file.",
                "grad");
   GradFlags f;

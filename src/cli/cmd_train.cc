@@ -8,6 +8,8 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/train_dist.h"
+#include "comm/mpi_comm.h"
 #include "cli/train_cli.h"
 #include "data/token_file.h"
 #include "kernels/kernels.h"
@@ -18,6 +20,8 @@
 namespace hp::cli {
 
 int cmd_train(int argc, char** argv) {
+  // Under mpirun the ranks run the pipelined (D x P) path; cli/train_dist.h.
+  if (MpiComm::launched_by_mpirun()) return train_dist_main(argc, argv);
   CLI::App app("Train a model in one process: AdamW, warmup + cosine LR, gradient accumulation "
                "over micro-batches, global-norm clipping, resumable checkpoints.",
                "train");
