@@ -4,13 +4,13 @@
 # on real English text (vim's documentation, or the King James Bible where vim's docs are absent),
 # for a few minutes. It ends with sample text, the loss curve (SVG), the measured timeline (SVG)
 # and the checkpoint folder. Environment overrides: HP_DEMO_DIR (output folder, default
-# runs/demo), HP_DEMO_STEPS (default 300).
+# runs/demo), HP_DEMO_STEPS (default 400).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
 bin=$PWD/build/helixpipe
 out=${HP_DEMO_DIR:-runs/demo}
-steps=${HP_DEMO_STEPS:-300}
+steps=${HP_DEMO_STEPS:-400}
 mkdir -p "$out"
 
 # 1. Text -> token file (bytes are tokens).
