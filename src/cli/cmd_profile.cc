@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/sim_common.h"
@@ -45,6 +46,10 @@ int cmd_profile(int argc, char** argv) {
   app.add_option("--link-latency", opt.link_latency_s, "link latency in seconds (skip measuring)");
   app.add_option("--link-bandwidth", opt.link_bandwidth_Bps, "link bandwidth in bytes/s");
   app.add_option("--out", out_path, "write the part-cost JSON here");
+  int step_mbs = 0;
+  app.add_option("--step-microbatches", step_mbs,
+                 "also time one whole single-process step with this many micro-batches (all of\n"
+                 "the model's layers) and compare it with the sum of the part costs (P = 1 check)");
   add_format_flag(app, format);
   if (auto rc = parse_or_exit(app, argc, argv)) return *rc;
   opt.transfer = parse_transfer(transfer);
@@ -55,6 +60,8 @@ int cmd_profile(int argc, char** argv) {
   // Round trip: what we write must load in the simulator.
   (void)CostModel::from_part_costs(j, "profile output");
   if (!out_path.empty()) write_file_atomic(out_path, j.dump(2) + "\n");
+  std::optional<StepCheck> step;
+  if (step_mbs > 0) step = check_step(cfg, opt, p, step_mbs);
 
   if (format == "json") {
     nlohmann::json full = j;
@@ -64,6 +71,10 @@ int cmd_profile(int argc, char** argv) {
                            {"threads", p.threads},      {"blas_core", p.blas_core},
                            {"repeats", opt.repeats},    {"link_source", p.link_source},
                            {"transfer", transfer}};
+    if (step)
+      meta["step"] = {{"microbatches", step->microbatches}, {"layers", step->layers},
+                      {"measured_s", step->measured_s}, {"predicted_s", step->predicted_s},
+                      {"peak_store_bytes", step->peak_store_bytes}};
     fmt::print("{}\n", nlohmann::json{{"part_costs", full}, {"info", meta}}.dump(2));
     return 0;
   }
@@ -82,6 +93,13 @@ int cmd_profile(int argc, char** argv) {
   fmt::print("link      latency {} bandwidth {:.2f} GB/s  ({}; message {})\n",
              human_seconds(p.link_latency_s), p.link_bandwidth_Bps / 1e9, p.link_source,
              human_bytes(static_cast<double>(p.message_bytes)));
+  if (step)
+    fmt::print("step      P=1, {} layers, {} micro-batches: measured {}, predicted from parts {} "
+               "({:+.1f}%), peak store {}\n",
+               step->layers, step->microbatches, human_seconds(step->measured_s),
+               human_seconds(step->predicted_s),
+               100 * (step->predicted_s - step->measured_s) / step->measured_s,
+               human_bytes(static_cast<double>(step->peak_store_bytes)));
   if (!out_path.empty()) fmt::print("wrote     {}\n", out_path);
   return 0;
 }

@@ -169,4 +169,47 @@ PartProfile profile_parts(const ModelConfig& cfg_in, const ProfileOptions& opt) 
   return out;
 }
 
+StepCheck check_step(const ModelConfig& cfg, const ProfileOptions& opt, const PartProfile& parts,
+                     int microbatches) {
+  HP_CHECK(microbatches >= 1, "profile: --step-microbatches must be >= 1 (got {})", microbatches);
+  cfg.validate();
+  auto kernels = make_cpu_kernels(opt.threads);
+  Params params(cfg, Params::all_parts(cfg));
+  params.init(opt.seed);
+  Model model(cfg, *kernels, params);
+  const int64_t n = opt.seq_len * opt.microbatch_size * microbatches;
+  std::vector<int32_t> tokens(static_cast<size_t>(n)), targets(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % cfg.vocab);
+    targets[static_cast<size_t>(i)] = static_cast<int32_t>((i * 104729 + 5) % cfg.vocab);
+  }
+  StepOptions so;
+  so.recompute = Recompute::kNone;
+  so.transfer = opt.transfer;
+  std::vector<double> t;
+  ValueStore store;
+  for (int r = 0; r < 1 + opt.repeats; ++r) {
+    store.clear();
+    store.reset_peaks();
+    Timer tm;
+    const double loss = loss_and_grads(model, tokens.data(), targets.data(), opt.microbatch_size,
+                                       opt.seq_len, microbatches, so, &store);
+    const double s = tm.seconds();
+    HP_CHECK(loss > 0, "profile: step loss {} is not positive", loss);
+    if (r > 0) t.push_back(s);
+  }
+  StepCheck out;
+  out.microbatches = microbatches;
+  out.layers = static_cast<int>(cfg.layers);
+  out.measured_s = median(t);
+  out.peak_store_bytes = store.peak_bytes();
+  double per_mb = 0;
+  for (int k = 0; k < 5; ++k) {
+    const double count = (k == 0 || k == 4) ? 1.0 : static_cast<double>(cfg.layers);
+    per_mb += count * (parts.time[k][0] + parts.time[k][1] + parts.time[k][2]);
+  }
+  out.predicted_s = microbatches * per_mb;
+  return out;
+}
+
 }  // namespace hp

@@ -47,6 +47,20 @@ struct PartProfile {
   nlohmann::json to_json() const;
 };
 
+// A check of the costs on P = 1: the wall time of one whole single-process training step
+// (loss_and_grads over all cfg.layers, `microbatches` micro-batches, no recomputation) against the
+// sum of the profiled part times for the same work (M * (embed + L * (pre + attn + post) + head),
+// F + I + W each).
+struct StepCheck {
+  int microbatches = 0;
+  int layers = 0;
+  double measured_s = 0;   // median of `repeats` steps after one warm-up
+  double predicted_s = 0;  // from the part profile
+  int64_t peak_store_bytes = 0;  // ValueStore peak during the step (activations + stash)
+};
+StepCheck check_step(const ModelConfig& cfg, const ProfileOptions& opt, const PartProfile& parts,
+                     int microbatches);
+
 // Runs warm-up + repeated passes over a model with opt.layers layers of `cfg`'s shape (random
 // weights, random tokens). Throws hp::Error on a bad option.
 PartProfile profile_parts(const ModelConfig& cfg, const ProfileOptions& opt);

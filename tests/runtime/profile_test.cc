@@ -63,6 +63,21 @@ TEST(Profile, AttentionGrowsQuadratically) {
   EXPECT_LT(ratio, 6.5) << "attn F " << t1 << " s -> " << t2 << " s";
 }
 
+// The part costs predict a whole single-process step (P = 1): same work, so within a loose factor
+// (op boundaries and cache effects differ; the machine is shared).
+TEST(Profile, PartCostsPredictAWholeStep) {
+  ModelConfig cfg = small_cfg();
+  const ProfileOptions o = opts(512, TransferMode::kWeights);
+  const PartProfile p = profile_parts(cfg, o);
+  const StepCheck c = check_step(cfg, o, p, 2);
+  EXPECT_EQ(c.layers, 4);
+  ASSERT_GT(c.measured_s, 0);
+  ASSERT_GT(c.predicted_s, 0);
+  EXPECT_GT(c.predicted_s / c.measured_s, 0.5);
+  EXPECT_LT(c.predicted_s / c.measured_s, 2.0);
+  EXPECT_GT(c.peak_store_bytes, 0);
+}
+
 TEST(Profile, BadOptionsAreErrors) {
   ProfileOptions o = opts(0, TransferMode::kWeights);
   EXPECT_THROW(profile_parts(small_cfg(), o), Error);
