@@ -1,0 +1,65 @@
+// One distributed training step over a D x P grid (world rank = d * P + p; comm/split_grid):
+// replica d runs the lowered schedule on its P pipeline ranks over its own micro-batches, then the
+// gradients of each stage are summed over the D replicas (started right after the stage's last
+// compute op, so the all-reduce overlaps the trailing sends), and the loss is reduced over stages
+// and replicas. Every rank ends with the global mean loss and the gradient of that mean for the
+// parameters of its stage; global_grad_norm() reduces the partial sums of squares over stages.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/comm.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "model/params.h"
+#include "runtime/executor.h"
+#include "schedule/ir.h"
+
+namespace hp {
+
+// The parts stage `stage` of a schedule runs (its parameters), in model order.
+std::vector<Part> stage_parts(const Schedule& sch, int stage);
+
+struct DistStepResult {
+  double loss = 0;  // global mean loss (identical on every rank)
+  StageStats stats;  // this rank's stage
+};
+
+class DistStage {
+ public:
+  // `sch` must be lowered for (cfg, B*S) and have grid.pipeline->size() stages. The stage's
+  // parameters are allocated here (uninitialised; load or init them through params()).
+  DistStage(const Schedule& sch, GridComms& grid, const ModelConfig& cfg, Kernels<float>& kernels,
+            int64_t microbatch_size, int64_t seq_len, ModelOptions model_opt = {});
+
+  // Zeroes the gradients, runs the step over this replica's M micro-batches (tokens/targets laid
+  // out as loss_and_grads wants: micro-batch j, row r at ((j*B + r)*S + i)), all-reduces gradients
+  // over the data-parallel group and the loss over everyone.
+  DistStepResult loss_and_grads(const int32_t* tokens, const int32_t* targets,
+                                const ExecutorOptions& opt = {});
+  // sqrt of the sum over all stages of the squared gradients (call on every rank after
+  // loss_and_grads; the data-parallel replicas hold equal gradients then).
+  double global_grad_norm();
+
+  Params& params() { return *params_; }
+  Model& model() { return *model_; }
+  ValueStore& store() { return store_; }
+  const Schedule& schedule() const { return sch_; }
+  int stage() const { return grid_.p; }
+  int replica() const { return grid_.d; }
+  GridComms& grid() { return grid_; }
+
+ private:
+  const Schedule& sch_;
+  GridComms& grid_;
+  ModelConfig cfg_;
+  int64_t b_, s_;
+  std::unique_ptr<Params> params_;
+  std::unique_ptr<Model> model_;
+  ValueStore store_;
+  std::unique_ptr<StageExecutor> exec_;
+};
+
+}  // namespace hp

@@ -1,0 +1,120 @@
+// The distributed executor: one pipeline stage walks its lowered op list (schedule/lower.h) for one
+// training step. Receives are posted when the lowering says (early, one batched exchange per step),
+// compute runs through a ComputeBackend, sends start right after the op that produced them, a
+// receive is waited for only right before the op that consumes it, and a send buffer is freed when
+// its send completes. Message tags are the per-link sequence numbers lower() assigns (Message::tag),
+// so they stay far below any MPI tag limit. Every wait carries a watchdog description naming the
+// message, the op it feeds and the peer stage. The stash lives in the backend's ValueStore and
+// follows the recompute policy exactly (the model marks it); its peak is reported per step and must
+// equal the validator's prediction.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/comm.h"
+#include "model/model.h"
+#include "model/value_store.h"
+#include "schedule/ir.h"
+#include "schedule/lower.h"
+#include "sim/timeline.h"
+#include "util/model_config.h"
+
+namespace hp {
+
+// What runs a compute op on this stage. The executor owns the communication, the backend the math.
+class ComputeBackend {
+ public:
+  virtual ~ComputeBackend() = default;
+  // Runs `op` with the contexts of its parts, reading/writing values in `store`. Returns the loss
+  // share of the op (0 unless it runs the head forward).
+  virtual double compute(const ComputeOp& op, const std::vector<PartContext>& ctx,
+                         ValueStore& store) = 0;
+};
+
+// The real model as a backend: micro-batch mb's tokens come from batch_of(mb).
+class ModelBackend : public ComputeBackend {
+ public:
+  ModelBackend(Model& model, std::function<Batch(int mb)> batch_of)
+      : model_(model), batch_of_(std::move(batch_of)) {}
+  double compute(const ComputeOp& op, const std::vector<PartContext>& ctx,
+                 ValueStore& store) override {
+    return model_.run(op, ctx, store, batch_of_(op.mb));
+  }
+  void set_batches(std::function<Batch(int mb)> batch_of) { batch_of_ = std::move(batch_of); }
+
+ private:
+  Model& model_;
+  std::function<Batch(int mb)> batch_of_;
+};
+
+// Per-step measurements of one stage.
+struct StageStats {
+  double total_s = 0;      // wall time of the step's op list
+  double busy_s = 0;       // inside compute ops
+  double comm_wait_s = 0;  // blocked in recv.wait / send.wait
+  double idle_s() const { return total_s - busy_s; }  // bubble + waits + bookkeeping
+  double bubble_fraction() const { return total_s > 0 ? 1.0 - busy_s / total_s : 0; }
+  int64_t peak_stash_bytes = 0;  // measured between ops (validator's definition)
+  int64_t peak_bytes = 0;        // everything in the store, incl. in-flight values
+  int64_t bytes_sent = 0, bytes_received = 0;
+  int messages_sent = 0, messages_received = 0;
+  double loss_share = 0;  // sum of the compute ops' returns
+};
+
+struct ExecutorOptions {
+  // Append events (compute, waits, sends, receives) to this timeline, with times relative to
+  // `time_origin` (a steady-clock time in seconds from now_s()); null: no recording.
+  Timeline* timeline = nullptr;
+  double time_origin = 0;
+};
+
+// Seconds on a steady clock (the executor's time base).
+double now_s();
+
+// One stage of a lowered schedule over a pipeline comm whose rank r plays stage r.
+class StageExecutor {
+ public:
+  // `sch` must be lowered with sizes for `cfg` and `tokens_per_mb` (lower(sch, &cfg, B*S)); the
+  // executor checks this and that pipeline.size() == sch.num_stages. It keeps references.
+  StageExecutor(const Schedule& sch, int stage, Comm& pipeline, const ModelConfig& cfg,
+                int64_t tokens_per_mb);
+  StageExecutor(const StageExecutor&) = delete;
+  StageExecutor& operator=(const StageExecutor&) = delete;
+
+  // Runs this stage's op list once (one step). The store must be empty on entry and is empty on
+  // return (anything left is a schedule/model bug and throws). `after_last_compute` (optional) runs
+  // right after the stage's last compute op, before the trailing send.waits: the place to start
+  // the gradient all-reduce so it overlaps the remaining communication.
+  StageStats run(ComputeBackend& backend, ValueStore& store, const ExecutorOptions& opt = {},
+                 const std::function<void()>& after_last_compute = {});
+
+  int stage() const { return stage_; }
+  const Schedule& schedule() const { return sch_; }
+
+ private:
+  struct Pending {
+    Request req;
+    std::vector<float> buf;  // packed values of the message
+    bool active = false;
+    double posted = 0;
+  };
+  std::string describe(const Message& m, bool send) const;
+
+  const Schedule& sch_;
+  int stage_;
+  Comm& comm_;
+  ModelConfig cfg_;
+  int64_t tokens_;
+  ScheduleIndex index_;
+  std::vector<const Message*> by_id_;
+  // Per message id: sizes of its values (elements), in Message::values order.
+  std::vector<std::vector<int64_t>> elems_;
+  std::vector<std::vector<Value>> values_;
+  std::vector<Pending> sends_, recvs_;  // indexed by message id (only this stage's are used)
+};
+
+}  // namespace hp
