@@ -48,6 +48,16 @@ for s in $SEQS; do
         --part-costs="$OUT/costs_s$s.json" "${extra[@]}" --format=json > "$OUT/compare_s${s}_$rc.json"
   done
 done
+# Measured pipeline steps (P=2 in-process ranks, 1 thread each) for the shorter lengths only:
+# a 16k step of all five schedules would take tens of minutes on this 2-core machine.
+BENCH_SEQS=${BENCH_SEQS:-"1024 2048 4096"}
+for s in $BENCH_SEQS; do
+  echo "== bench s=$s" >&2
+  tl=()
+  [[ $s == "${BENCH_SEQS##* }" ]] && tl=(--timeline="$OUT/timeline_side_by_side_helix_F2_s$s.svg")
+  run "$HP" bench --model="$TMP/model.json" --seq-len="$s" --stages=2 --microbatches=4 --threads=1 \
+      --steps=1 --part-costs="$OUT/costs_s$s.json" "${tl[@]}" --out="$OUT/bench_s$s.json" > "$OUT/bench_s$s.txt"
+done
 last=${SEQS##* }
 run "$HP" simulate --schedule=helix --folds=2 --stages=2 --microbatches=4 --model="$TMP/model.json" \
     --seq-len="$last" --part-costs="$OUT/costs_s$last.json" --timeline="$OUT/timeline_helix_F2_s$last.svg" > /dev/null
@@ -55,5 +65,5 @@ run "$HP" simulate --schedule=1f1b --stages=2 --microbatches=4 --model="$TMP/mod
     --seq-len="$last" --part-costs="$OUT/costs_s$last.json" --timeline="$OUT/timeline_1f1b_s$last.svg" > /dev/null
 "$HP" sweep --model=7b --device=h20 --seq-lens=32k,64k,128k --gpus=32,64 > "$OUT/sweep_7b_h20.txt"
 echo "{\"load_after\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}" > "$OUT/machine_after.json"
-python3 scripts/results_report.py "$OUT" docs/results.md "$SEQS"
+python3 scripts/results_report.py "$OUT" docs/results.md "$SEQS" "$BENCH_SEQS"
 echo "wrote docs/results.md and $OUT/" >&2

@@ -6,6 +6,7 @@ import os
 import sys
 
 rdir, md_path, seqs = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split()]
+bench_seqs = [int(x) for x in sys.argv[4].split()] if len(sys.argv) > 4 else []
 rel = os.path.relpath(rdir, os.path.dirname(md_path))
 
 
@@ -41,6 +42,7 @@ def rows(s, rc):
     return {r["label"]: r for r in cmp[(s, rc)]["results"] if "makespan" in r}
 
 
+bench = {s: {r["label"]: r for r in load(f"bench_s{s}.json")["rows"]} for s in bench_seqs}
 labels = [l for l in ("gpipe", "1f1b", "zb1p", "helix F=1", "helix F=2") if l in rows(seqs[0], "natural")]
 
 
@@ -98,6 +100,14 @@ line_plot(os.path.join(rdir, "memory_imbalance.svg"), "P=2 predicted peak memory
                 max(1, min(st["peak_activation_bytes"] for st in rows(s, "natural")[l]["stages"])) for s in seqs])
            for l in labels], "stage peak ratio")
 
+if bench_seqs:
+    _seqs = seqs
+    seqs = bench_seqs
+    line_plot(os.path.join(rdir, "measured_ratio_vs_1f1b.svg"), "P=2 MEASURED throughput / 1F1B (in-process ranks)",
+              [(l, [bench[x][l]["tokens_per_s"] / bench[x]["1f1b"]["tokens_per_s"] if l in bench[x] else None
+                    for x in bench_seqs]) for l in labels], "ratio to 1F1B")
+    seqs = _seqs
+
 # ---- Markdown ---------------------------------------------------------------------------------
 md = []
 A = md.append
@@ -113,11 +123,14 @@ A(f"- Run at {machine['date']} on commit `{machine['commit']}`. Load average bef
 A(f"- Model ([{rel}/model.json]({rel}/model.json)): h=256, ffn 768, 4 heads, 8 layers, vocab 256, "
   "fp32, micro-batch 1 sequence; sequence lengths " + ", ".join(str(s) for s in seqs) + ".\n")
 A("## What was and was not measured\n")
-A("The distributed executor (`mpirun ... helixpipe train --schedule=...`) was not on main when this "
-  "was produced, so **no pipeline (P=2) run was measured**. What is measured: every part's F, I, W on "
-  "this machine (`helixpipe profile`), and a whole single-process training step (P=1). The P=2 tables "
-  "are the simulator's predictions driven by those measured costs, not measurements. The link is an "
-  "in-process memcpy estimate (the stated fallback), not an MPI ping-pong.\n")
+A("Measured on this machine: every part's F, I, W (`helixpipe profile`), a whole single-process "
+  "training step (P=1), and whole pipeline steps of every schedule on P=2 ranks (`helixpipe bench`, "
+  "s = " + ", ".join(str(x) for x in bench_seqs) + "). The P=2 ranks are two threads of one process "
+  "(the executor over LocalWorld, in-memory messages, one kernel thread each), not `mpirun` ranks: the "
+  "`mpirun ... helixpipe train --schedule` command was not on main in time. Longer sequences (and "
+  "the tables marked *predicted*) are the simulator driven by the measured part costs. The link cost "
+  "is an in-process memcpy estimate (the stated fallback), not an MPI ping-pong. One timed step per "
+  "schedule after one warm-up step (to keep the whole run near 10 minutes here).\n")
 A("## Measured part costs (ms per micro-batch per part, median)\n")
 A("| s | attn F | attn I | attn W | post F | post I | post W | pre F+I | head F+I+W | embed F+I+W | attn recompute (no-attn) |")
 A("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -148,6 +161,31 @@ for s in seqs:
     else:
         A(f"| {s} | (skipped) | - | - | {sim['makespan']:.3f} s | - | - | {mib(simmem)} |")
 A(f"\n![P=1 step]({rel}/p1_step.svg)\n")
+if bench_seqs:
+    A("## P=2 measured (in-process ranks) vs predicted, M=4\n")
+    A("Per row: measured step time (slowest stage) and the simulator's prediction from that s's "
+      "measured part costs; bubble = 1 - busy/total of the worse stage; comm wait = the longer "
+      "stage's time blocked in waits; memory = each stage's peak ValueStore bytes measured vs the "
+      "simulator's peak activation bytes.\n")
+    for s_ in bench_seqs:
+        rr = bench[s_]
+        A(f"**s = {s_}**\n")
+        A("| schedule | recompute | tokens/s | vs 1F1B | bubble | comm wait | step measured | predicted | error | peak MiB s0/s1 measured | predicted |")
+        A("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for l in labels:
+            if l not in rr:
+                continue
+            r = rr[l]
+            mm = " / ".join(mib(x["peak_bytes"]) for x in r["stages_measured"])
+            pm = " / ".join(mib(x) for x in r.get("predicted_peak_bytes", []))
+            pr = r.get("predicted_step_s", 0)
+            A(f"| {l} | {r['recompute']} | {r['tokens_per_s']:.0f} | {r['tokens_per_s']/rr['1f1b']['tokens_per_s']:.3f} | "
+              f"{100*r['bubble_fraction']:.1f}% | {1e3*r['comm_wait_s']:.1f} ms | {r['step_s']:.3f} s | {pr:.3f} s | "
+              f"{100*(pr-r['step_s'])/r['step_s']:+.1f}% | {mm} | {pm} |")
+        A("")
+    A(f"Simulated (top) and measured (bottom) timeline, HelixPipe F=2, s={bench_seqs[-1]}: "
+      f"[timeline_side_by_side_helix_F2_s{bench_seqs[-1]}.svg]({rel}/timeline_side_by_side_helix_F2_s{bench_seqs[-1]}.svg)\n")
+    A(f"![measured ratio]({rel}/measured_ratio_vs_1f1b.svg)\n")
 A("## P=2 predictions from the measured costs (M=4 micro-batches)\n")
 A("Natural recomputation policies (helix no-attn, the others none). tokens/s and bubble are the "
   "simulator's; comm wait is the larger stage's wait; memory is peak activation bytes per stage.\n")
@@ -198,7 +236,21 @@ for l in ("1f1b", "helix F=1", "helix F=2"):
 A("- Where the P=1 prediction and the measurement differ: the profile times each part as its own op "
   "on a 1-layer model, so op-boundary work (stash bookkeeping, workspace reuse) and cache state differ "
   "from the real step; the other processes on the 2 shared cores add noise of a few percent either way.")
-A("- The P=2 figures could not be checked against a measured pipeline run in this run (see above).\n")
+if bench_seqs:
+    b0, b1 = bench[bench_seqs[0]], bench[bench_seqs[-1]]
+    for l in [x for x in labels if x.startswith("helix")]:
+        if l in b0 and l in b1:
+            g0 = b0[l]["tokens_per_s"] / b0["1f1b"]["tokens_per_s"]
+            g1 = b1[l]["tokens_per_s"] / b1["1f1b"]["tokens_per_s"]
+            A(f"- MEASURED {l} vs 1F1B: {g0:.3f} at s={bench_seqs[0]} -> {g1:.3f} at s={bench_seqs[-1]}.")
+    for l in ("1f1b", "helix F=2"):
+        if l in b1:
+            v = [x["peak_bytes"] for x in b1[l]["stages_measured"]]
+            A(f"- MEASURED peak memory max/min stage at s={bench_seqs[-1]}, {l}: {max(v)/max(1,min(v)):.2f}.")
+    errs = [abs(r["predicted_step_s"] - r["step_s"]) / r["step_s"] for x in bench_seqs for r in bench[x].values() if "predicted_step_s" in r]
+    if errs:
+        A(f"- Prediction error of the P=2 step time: median {100*sorted(errs)[len(errs)//2]:.0f}%, worst {100*max(errs):.0f}% (absolute).")
+A("")
 A("## Simulator at the paper's scale (7B, H20; `helixpipe sweep`)\n")
 A("```")
 with open(os.path.join(rdir, "sweep_7b_h20.txt")) as f:
