@@ -16,5 +16,7 @@ int cmd_eval(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
 int cmd_sweep(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
+int cmd_profile(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
 
 }  // namespace hp::cli

@@ -28,6 +28,8 @@ constexpr Command kCommands[] = {
     {"grad", hp::cli::cmd_grad, "loss and gradients of a checkpoint on fixed data"},
     {"eval", hp::cli::cmd_eval, "loss and perplexity of a checkpoint on a data file"},
     {"generate", hp::cli::cmd_generate, "sample text from a checkpoint"},
+    {"bench", hp::cli::cmd_bench, "measure every schedule on P in-process ranks vs the simulator"},
+    {"profile", hp::cli::cmd_profile, "measure per-part costs on this machine (part-cost JSON)"},
 };
 
 void usage(std::FILE* out) {

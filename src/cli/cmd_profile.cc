@@ -1,0 +1,107 @@
+// helixpipe profile: measure the F, I and W time of each part kind of a model on this machine (real
+// Model, CPU kernels) and a link estimate, and write the part-cost JSON that simulate/compare read
+// with --part-costs (docs/formats/sim.md).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <optional>
+
+#include "cli/commands.h"
+#include "cli/sim_common.h"
+#include "runtime/profile.h"
+#include "sim/cost_model.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace hp::cli {
+
+int cmd_profile(int argc, char** argv) {
+  CLI::App app{"Measure per-part compute costs (F, I, W of embed, pre, attn, post, head) of a model\n"
+               "on this machine and a link estimate; write them as a part-cost JSON for the\n"
+               "simulator (--part-costs).",
+               "helixpipe profile"};
+  app.footer(
+      "Each part runs as its own op on the real model with the CPU kernels; each figure is the\n"
+      "median of --repeats passes after --warmup passes. Recomputation costs the part's F. The\n"
+      "link is an in-process memcpy of one activation message unless --link-latency and\n"
+      "--link-bandwidth are given (e.g. from an MPI ping-pong).\n\n"
+      "examples:\n"
+      "  helixpipe profile --model=small --seq-len=4096 --out=costs.json\n"
+      "  helixpipe simulate --schedule=helix --stages=2 --microbatches=4 --layers=8 \\\n"
+      "      --part-costs=costs.json");
+  std::string model = "small", out_path, format = "text", transfer = "weights";
+  ProfileOptions opt;
+  app.add_option("--model", model, "model preset name or JSON file")->capture_default_str();
+  app.add_option("--seq-len", opt.seq_len, "tokens per sequence")->required();
+  app.add_option("--microbatch-size", opt.microbatch_size, "sequences per micro-batch")
+      ->capture_default_str();
+  app.add_option("--threads", opt.threads, "CPU kernel threads")->capture_default_str();
+  app.add_option("--repeats", opt.repeats, "timed passes (median reported)")->capture_default_str();
+  app.add_option("--warmup", opt.warmup, "untimed passes first")->capture_default_str();
+  app.add_option("--profile-layers", opt.layers,
+                 "layers built and timed (per-layer parts averaged over them)")
+      ->capture_default_str();
+  app.add_option("--transfer", transfer, "weights or activations (what attn contains)")
+      ->capture_default_str();
+  app.add_option("--link-latency", opt.link_latency_s, "link latency in seconds (skip measuring)");
+  app.add_option("--link-bandwidth", opt.link_bandwidth_Bps, "link bandwidth in bytes/s");
+  app.add_option("--out", out_path, "write the part-cost JSON here");
+  int step_mbs = 0;
+  app.add_option("--step-microbatches", step_mbs,
+                 "also time one whole single-process step with this many micro-batches (all of\n"
+                 "the model's layers) and compare it with the sum of the part costs (P = 1 check)");
+  add_format_flag(app, format);
+  if (auto rc = parse_or_exit(app, argc, argv)) return *rc;
+  opt.transfer = parse_transfer(transfer);
+
+  const ModelConfig cfg = ModelConfig::load(model);
+  const PartProfile p = profile_parts(cfg, opt);
+  const nlohmann::json j = p.to_json();
+  // Round trip: what we write must load in the simulator.
+  (void)CostModel::from_part_costs(j, "profile output");
+  if (!out_path.empty()) write_file_atomic(out_path, j.dump(2) + "\n");
+  std::optional<StepCheck> step;
+  if (step_mbs > 0) step = check_step(cfg, opt, p, step_mbs);
+
+  if (format == "json") {
+    nlohmann::json full = j;
+    nlohmann::json meta = {{"model", cfg.name},         {"hidden", cfg.hidden},
+                           {"layers_timed", opt.layers}, {"seq_len", opt.seq_len},
+                           {"microbatch_size", opt.microbatch_size},
+                           {"threads", p.threads},      {"blas_core", p.blas_core},
+                           {"repeats", opt.repeats},    {"link_source", p.link_source},
+                           {"transfer", transfer}};
+    if (step)
+      meta["step"] = {{"microbatches", step->microbatches}, {"layers", step->layers},
+                      {"measured_s", step->measured_s}, {"predicted_s", step->predicted_s},
+                      {"peak_store_bytes", step->peak_store_bytes}};
+    fmt::print("{}\n", nlohmann::json{{"part_costs", full}, {"info", meta}}.dump(2));
+    return 0;
+  }
+  fmt::print("profile   model={} h={} heads={} s={} b={} threads={} BLAS core={} transfer={}\n",
+             cfg.name, cfg.hidden, cfg.heads, opt.seq_len, opt.microbatch_size, p.threads,
+             p.blas_core, transfer);
+  fmt::print("          median of {} passes after {} warm-up, {} layer(s) timed\n\n", opt.repeats,
+             opt.warmup, opt.layers);
+  fmt::print("{:>6} {:>12} {:>12} {:>12}   spread F/I/W (max-min)/median\n", "part", "F", "I", "W");
+  for (int k = 0; k < 5; ++k)
+    fmt::print("{:>6} {:>12} {:>12} {:>12}   {:.0f}% / {:.0f}% / {:.0f}%\n",
+               part_kind_str(static_cast<PartKind>(k)), human_seconds(p.time[k][0]),
+               human_seconds(p.time[k][1]), human_seconds(p.time[k][2]), 100 * p.spread[k][0],
+               100 * p.spread[k][1], 100 * p.spread[k][2]);
+  fmt::print("\nattn recompute F (no-attn) {}\n", human_seconds(p.attn_recompute_f));
+  fmt::print("link      latency {} bandwidth {:.2f} GB/s  ({}; message {})\n",
+             human_seconds(p.link_latency_s), p.link_bandwidth_Bps / 1e9, p.link_source,
+             human_bytes(static_cast<double>(p.message_bytes)));
+  if (step)
+    fmt::print("step      P=1, {} layers, {} micro-batches: measured {}, predicted from parts {} "
+               "({:+.1f}%), peak store {}\n",
+               step->layers, step->microbatches, human_seconds(step->measured_s),
+               human_seconds(step->predicted_s),
+               100 * (step->predicted_s - step->measured_s) / step->measured_s,
+               human_bytes(static_cast<double>(step->peak_store_bytes)));
+  if (!out_path.empty()) fmt::print("wrote     {}\n", out_path);
+  return 0;
+}
+
+}  // namespace hp::cli

@@ -1,0 +1,215 @@
+// Part-cost profiling: see profile.h. Each timed pass runs every part of a small model as its own
+// op (F in model order, then I and W of each part in reverse order), so each measured time
+// is exactly one (part, direction) as the simulator charges it. A second pass with the no-attn
+// policy measures how much longer attention's I gets when it must recompute its QKV first.
+#include "runtime/profile.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu_kernels.h"
+#include "model/model.h"
+#include "model/params.h"
+#include "model/value_store.h"
+#include "sim/cost_model.h"
+#include "util/error.h"
+#include "util/timer.h"
+
+namespace hp {
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+
+// Times one op; returns seconds.
+double timed_run(Model& model, const ComputeOp& op, Recompute policy, TransferMode transfer,
+                 ValueStore& store, const Batch& b) {
+  const auto ctx = local_contexts(op, policy, transfer);
+  Timer t;
+  model.run(op, ctx, store, b);
+  return t.seconds();
+}
+
+ComputeOp single(Dir dir, Part p, Recompute policy) {
+  ComputeOp op;
+  op.dir = dir;
+  op.mb = 0;
+  op.parts = {p};
+  op.recompute = recompute_parts(op, policy);
+  return op;
+}
+
+// One pass: F, I, W of every part on its own. Adds the per-kind sums to `acc` ([kind][dir]).
+void one_pass(Model& model, const std::vector<Part>& parts, Recompute policy, TransferMode transfer,
+              ValueStore& store, const Batch& b, std::array<std::array<double, 3>, 5>& acc) {
+  for (auto& row : acc) row.fill(0);
+  store.clear();
+  for (const Part& p : parts)
+    acc[static_cast<int>(p.kind)][0] += timed_run(model, single(Dir::kF, p, policy), policy, transfer, store, b);
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+    acc[static_cast<int>(it->kind)][1] +=
+        timed_run(model, single(Dir::kI, *it, policy), policy, transfer, store, b);
+    acc[static_cast<int>(it->kind)][2] +=
+        timed_run(model, single(Dir::kW, *it, policy), policy, transfer, store, b);
+  }
+  HP_CHECK(store.size() == 0, "profile: values left over after a full pass: {}", store.describe());
+}
+
+// Seconds to copy `bytes` from one buffer to another (median of a few).
+double memcpy_seconds(int64_t bytes, int repeats) {
+  std::vector<char> a(static_cast<size_t>(std::max<int64_t>(bytes, 1)), 1), c(a.size(), 0);
+  std::vector<double> t;
+  for (int r = 0; r < repeats + 1; ++r) {
+    a[0] = static_cast<char>(r);
+    Timer tm;
+    std::memcpy(c.data(), a.data(), a.size());
+    const double s = tm.seconds();
+    if (c[0] != a[0]) throw Error("profile: memcpy check failed");
+    if (r > 0) t.push_back(s);
+  }
+  return median(t);
+}
+
+}  // namespace
+
+nlohmann::json PartProfile::to_json() const {
+  nlohmann::json j;
+  j["version"] = 1;
+  for (int k = 0; k < 5; ++k)
+    j[part_kind_str(static_cast<PartKind>(k))] = {
+        {"F", time[k][0]}, {"I", time[k][1]}, {"W", time[k][2]}};
+  j["attn_recompute_F"] = attn_recompute_f;
+  j["link"] = {{"latency_s", link_latency_s}, {"bandwidth_Bps", link_bandwidth_Bps}};
+  return j;
+}
+
+PartProfile profile_parts(const ModelConfig& cfg_in, const ProfileOptions& opt) {
+  HP_CHECK(opt.seq_len >= 1, "profile: --seq-len must be >= 1 (got {})", opt.seq_len);
+  HP_CHECK(opt.microbatch_size >= 1, "profile: --microbatch-size must be >= 1 (got {})",
+           opt.microbatch_size);
+  HP_CHECK(opt.repeats >= 1, "profile: --repeats must be >= 1 (got {})", opt.repeats);
+  HP_CHECK(opt.warmup >= 0, "profile: --warmup must be >= 0 (got {})", opt.warmup);
+  HP_CHECK(opt.layers >= 1, "profile: --profile-layers must be >= 1 (got {})", opt.layers);
+  HP_CHECK(opt.threads >= 1, "profile: --threads must be >= 1 (got {})", opt.threads);
+  HP_CHECK(opt.seq_len <= cfg_in.max_positions,
+           "profile: --seq-len {} exceeds the model's max_positions {}", opt.seq_len,
+           cfg_in.max_positions);
+  ModelConfig cfg = cfg_in;
+  cfg.layers = opt.layers;
+  cfg.validate();
+
+  auto kernels = make_cpu_kernels(opt.threads);
+  Params params(cfg, Params::all_parts(cfg));
+  params.init(opt.seed);
+  Model model(cfg, *kernels, params);
+
+  const int64_t n = opt.seq_len * opt.microbatch_size;
+  std::vector<int32_t> tokens(static_cast<size_t>(n)), targets(static_cast<size_t>(n));
+  uint64_t x = opt.seed * 6364136223846793005ULL + 1442695040888963407ULL;
+  for (int64_t i = 0; i < n; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    tokens[static_cast<size_t>(i)] = static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(cfg.vocab));
+  }
+  for (int64_t i = 0; i < n; ++i)
+    targets[static_cast<size_t>(i)] = tokens[static_cast<size_t>((i + 1) % n)];
+  Batch b{tokens.data(), targets.data(), opt.microbatch_size, opt.seq_len, 1.0 / static_cast<double>(n)};
+
+  std::vector<Part> parts;
+  for (int i = 0; i <= 3 * opt.layers + 1; ++i) parts.push_back(Part::from_index(i, opt.layers));
+
+  ValueStore store;
+  std::array<std::array<double, 3>, 5> acc{};
+  std::array<std::array<std::vector<double>, 3>, 5> samples;
+  std::vector<double> attn_extra;
+  for (int r = 0; r < opt.warmup + opt.repeats; ++r) {
+    one_pass(model, parts, Recompute::kNone, opt.transfer, store, b, acc);
+    const double attn_i_none = acc[static_cast<int>(PartKind::kAttn)][1];
+    if (r >= opt.warmup)
+      for (int k = 0; k < 5; ++k) {
+        const double count = (k == 0 || k == 4) ? 1.0 : static_cast<double>(opt.layers);
+        for (int d = 0; d < 3; ++d) samples[k][d].push_back(acc[k][d] / count);
+      }
+    one_pass(model, parts, Recompute::kNoAttn, opt.transfer, store, b, acc);
+    if (r >= opt.warmup)
+      attn_extra.push_back((acc[static_cast<int>(PartKind::kAttn)][1] - attn_i_none) / opt.layers);
+  }
+
+  PartProfile out;
+  for (int k = 0; k < 5; ++k)
+    for (int d = 0; d < 3; ++d) {
+      const auto& s = samples[k][d];
+      out.time[k][d] = median(s);
+      const auto [lo, hi] = std::minmax_element(s.begin(), s.end());
+      out.spread[k][d] = out.time[k][d] > 0 ? (*hi - *lo) / out.time[k][d] : 0;
+    }
+  // A negative difference is timing noise: the recompute is cheaper than the noise, call it 0.
+  out.attn_recompute_f = std::max(0.0, median(attn_extra));
+
+  out.message_bytes = n * cfg.hidden * 4;
+  if (opt.link_latency_s >= 0 && opt.link_bandwidth_Bps > 0) {
+    out.link_latency_s = opt.link_latency_s;
+    out.link_bandwidth_Bps = opt.link_bandwidth_Bps;
+    out.link_source = "given";
+  } else {
+    HP_CHECK(opt.link_latency_s < 0 && opt.link_bandwidth_Bps < 0,
+             "profile: give both --link-latency and --link-bandwidth, or neither");
+    out.link_latency_s = memcpy_seconds(64, 50);
+    const double t = memcpy_seconds(out.message_bytes, 10);
+    out.link_bandwidth_Bps = static_cast<double>(out.message_bytes) / std::max(t, 1e-9);
+    out.link_source = "memcpy (in-process fallback)";
+  }
+  out.blas_core = blas_core_name();
+  out.threads = opt.threads;
+  return out;
+}
+
+StepCheck check_step(const ModelConfig& cfg, const ProfileOptions& opt, const PartProfile& parts,
+                     int microbatches) {
+  HP_CHECK(microbatches >= 1, "profile: --step-microbatches must be >= 1 (got {})", microbatches);
+  cfg.validate();
+  auto kernels = make_cpu_kernels(opt.threads);
+  Params params(cfg, Params::all_parts(cfg));
+  params.init(opt.seed);
+  Model model(cfg, *kernels, params);
+  const int64_t n = opt.seq_len * opt.microbatch_size * microbatches;
+  std::vector<int32_t> tokens(static_cast<size_t>(n)), targets(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % cfg.vocab);
+    targets[static_cast<size_t>(i)] = static_cast<int32_t>((i * 104729 + 5) % cfg.vocab);
+  }
+  StepOptions so;
+  so.recompute = Recompute::kNone;
+  so.transfer = opt.transfer;
+  std::vector<double> t;
+  ValueStore store;
+  for (int r = 0; r < 1 + opt.repeats; ++r) {
+    store.clear();
+    store.reset_peaks();
+    Timer tm;
+    const double loss = loss_and_grads(model, tokens.data(), targets.data(), opt.microbatch_size,
+                                       opt.seq_len, microbatches, so, &store);
+    const double s = tm.seconds();
+    HP_CHECK(loss > 0, "profile: step loss {} is not positive", loss);
+    if (r > 0) t.push_back(s);
+  }
+  StepCheck out;
+  out.microbatches = microbatches;
+  out.layers = static_cast<int>(cfg.layers);
+  out.measured_s = median(t);
+  out.peak_store_bytes = store.peak_bytes();
+  double per_mb = 0;
+  for (int k = 0; k < 5; ++k) {
+    const double count = (k == 0 || k == 4) ? 1.0 : static_cast<double>(cfg.layers);
+    per_mb += count * (parts.time[k][0] + parts.time[k][1] + parts.time[k][2]);
+  }
+  out.predicted_s = microbatches * per_mb;
+  return out;
+}
+
+}  // namespace hp

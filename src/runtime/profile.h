@@ -1,0 +1,68 @@
+// Measured part costs: times the real Model (CPU kernels) one part at a time, forward (F),
+// backward-for-inputs (I) and backward-for-weights (W), for one model config, sequence length and
+// micro-batch size, and a link estimate, in the part-cost JSON shape the simulator reads
+// (CostModel::from_part_costs, docs/formats/sim.md). Used by `helixpipe profile` (issue 5).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "schedule/ir.h"
+#include "util/model_config.h"
+
+namespace hp {
+
+struct ProfileOptions {
+  int64_t seq_len = 1024;
+  int64_t microbatch_size = 1;
+  int threads = 1;         // CPU kernel threads
+  int warmup = 1;          // untimed full passes first
+  int repeats = 5;         // timed passes; the median of each (part, direction) is reported
+  int layers = 1;          // layers actually built and timed (per-layer parts are averaged over
+                           // them); the cost of one part does not depend on the model's depth
+  TransferMode transfer = TransferMode::kWeights;
+  uint64_t seed = 1;
+  // Link: measured with an in-process memcpy of one activation message unless given (> 0).
+  double link_latency_s = -1;
+  double link_bandwidth_Bps = -1;
+};
+
+struct PartProfile {
+  // [PartKind][F, I, W] median seconds per micro-batch per part.
+  std::array<std::array<double, 3>, 5> time{};
+  // Spread of the repetitions: [PartKind][dir] (max - min) / median.
+  std::array<std::array<double, 3>, 5> spread{};
+  double attn_recompute_f = 0;  // attention's own QKV(+rotary) recompute under no-attn
+  double link_latency_s = 0;
+  double link_bandwidth_Bps = 0;
+  std::string link_source;  // "memcpy (in-process)" or "given"
+  int64_t message_bytes = 0;  // one activation message (b * s * h * 4)
+  std::string blas_core;
+  int threads = 1;
+
+  // The part-cost JSON (only the keys from_part_costs accepts).
+  nlohmann::json to_json() const;
+};
+
+// A check of the costs on P = 1: the wall time of one whole single-process training step
+// (loss_and_grads over all cfg.layers, `microbatches` micro-batches, no recomputation) against the
+// sum of the profiled part times for the same work (M * (embed + L * (pre + attn + post) + head),
+// F + I + W each).
+struct StepCheck {
+  int microbatches = 0;
+  int layers = 0;
+  double measured_s = 0;   // median of `repeats` steps after one warm-up
+  double predicted_s = 0;  // from the part profile
+  int64_t peak_store_bytes = 0;  // ValueStore peak during the step (activations + stash)
+};
+StepCheck check_step(const ModelConfig& cfg, const ProfileOptions& opt, const PartProfile& parts,
+                     int microbatches);
+
+// Runs warm-up + repeated passes over a model with opt.layers layers of `cfg`'s shape (random
+// weights, random tokens). Throws hp::Error on a bad option.
+PartProfile profile_parts(const ModelConfig& cfg, const ProfileOptions& opt);
+
+}  // namespace hp
