@@ -3,9 +3,12 @@
 // failure paths: a killed rank ends the job within the timeout naming it, and a broken schedule
 // file is refused on every rank before anything is computed.
 // hp_mpi_test(runtime_mpi_executor 4 120 --gtest_brief=1)
+// hp_mpi_test(runtime_mpi_grid_p2 2 240 --gtest_brief=1 --gtest_filter=MpiGrid.*)
+// hp_mpi_test(runtime_mpi_grid_p3 3 240 --gtest_brief=1 --gtest_filter=MpiGrid.*)
 // hp_mpi_test(runtime_mpi_executor_progress_thread 4 120 --gtest_brief=1 --progress-thread)
 // hp_mpi_test(runtime_mpi_killed_stage 4 60 --mode=kill EXPECT_FAIL "rank 1 .*(signal 9|Killed)")
 // hp_mpi_test(runtime_mpi_broken_schedule 4 60 --mode=broken EXPECT_FAIL "broken_deadlock.txt refused before any rank computes")
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -85,6 +88,28 @@ TEST(MpiExecutor, Zb1p1x4) { run_case({"zb1p", 1, 4, 8, 4, 1, 1, Recompute::kNon
 TEST(MpiExecutor, Helix2x2) { run_case({"helix", 2, 2, 4, 4, 2}); }
 TEST(MpiExecutor, OneFOneB2x2) { run_case({"1f1b", 2, 2, 4, 2, 1, 1, Recompute::kNone}); }
 TEST(MpiExecutor, Gpipe4x1) { run_case({"gpipe", 4, 1, 3, 2, 1, 1, Recompute::kNone}); }
+
+// The full grid of the in-process executor test, for P = the number of ranks (D = 1): every
+// schedule x recompute policy x transfer mode (helix) x two micro-batch counts. The 4-rank run
+// above covers P = 4 this way too; the 2- and 3-rank runs select only these tests.
+TEST(MpiGrid, EverySchedulePolicyAndTwoM) {
+  const int P = g_world->size();
+  const int L = std::max(2, P);
+  const Recompute policies[] = {Recompute::kNone, Recompute::kFull, Recompute::kNoAttn};
+  for (int M : {P, 2 * P}) {
+    for (Recompute r : policies) {
+      SCOPED_TRACE(fmt::format("P={} M={} recompute={}", P, M, recompute_str(r)));
+      run_case({"gpipe", 1, P, M, L, 1, 1, r});
+      run_case({"1f1b", 1, P, M, L, 1, 1, r});
+      run_case({"zb1p", 1, P, M, L, 1, 1, r});
+      if (P >= 2) run_case({"interleaved", 1, P, M, 2 * P, 1, 2, r});
+      for (TransferMode t : {TransferMode::kWeights, TransferMode::kActivations}) {
+        run_case({"helix", 1, P, M, L, 1, 1, r, t});
+        if (M % (2 * P) == 0) run_case({"helix", 1, P, M, 2 * L, 2, 1, r, t});
+      }
+    }
+  }
+}
 
 int run_failure_mode(Comm& world, const std::string& mode) {
   ModelConfig cfg = test::tiny_config();
