@@ -1,6 +1,7 @@
 // Lowering: message contents and sizes from the value table, placement of start/wait ops, link
 // order, tags, and a blocking in-order replay (written here independently of the validator) that
 // must finish for every generator.
+#include "schedule_test_util.h"
 #include "schedule/lower.h"
 
 #include <gtest/gtest.h>
@@ -14,18 +15,7 @@
 namespace hp {
 namespace {
 
-Schedule gen(const std::string& name, int p, int m, int L, int F = 1, int V = 1,
-             TransferMode t = TransferMode::kWeights) {
-  ScheduleSpec spec;
-  spec.name = name;
-  spec.stages = p;
-  spec.microbatches = m;
-  spec.layers = L;
-  spec.folds = F;
-  spec.virtual_stages = V;
-  spec.transfer = t;
-  return generate(spec);
-}
+using test::gen;
 
 // Rendezvous, FIFO-per-link replay of the lowered programs: returns true when every stage ends.
 bool replays(const Schedule& s) {
@@ -171,7 +161,7 @@ TEST(Lower, HelixBundlesMatchSectionSix) {
     for (const auto& v : m.values) dw += v.rfind("dW:", 0) == 0;
   EXPECT_EQ(dw, qkvr);
 
-  Schedule a = gen("helix", 4, 4, 4, 1, 1, TransferMode::kActivations);
+  Schedule a = gen("helix", 4, 4, 4, 1, 1, std::nullopt, TransferMode::kActivations);
   lower(a, &cfg, T);
   for (const Message& m : a.messages) {
     if (m.dir == Dir::kF && m.from.kind == PartKind::kPre) {
@@ -222,7 +212,7 @@ TEST(Lower, EveryGeneratorReplaysWithoutDeadlock) {
                                                                  {"helix", 1, 1, p},
                                                                  {"helix", 2, 1, 2 * p}}) {
           if (name == "interleaved" && m % p) continue;
-          Schedule s = gen(name, p, m, L, F, V, t);
+          Schedule s = gen(name, p, m, L, F, V, std::nullopt, t);
           lower(s);
           EXPECT_TRUE(replays(s)) << name << " p=" << p << " m=" << m << " L=" << L << " F=" << F;
         }

@@ -1,5 +1,6 @@
 // Schedule files: round trips of every generator through text and JSON, inference of missing
 // header fields, parse errors with file:line, and a fuzz test (garbage in, hp::Error out).
+#include "schedule_test_util.h"
 #include "schedule/text_io.h"
 
 #include <gtest/gtest.h>
@@ -13,16 +14,7 @@
 namespace hp {
 namespace {
 
-Schedule gen(const std::string& name, int p, int m, int L, int F = 1, int V = 1) {
-  ScheduleSpec spec;
-  spec.name = name;
-  spec.stages = p;
-  spec.microbatches = m;
-  spec.layers = L;
-  spec.folds = F;
-  spec.virtual_stages = V;
-  return generate(spec);
-}
+using test::gen;
 
 void expect_same(const Schedule& a, const Schedule& b) {
   EXPECT_EQ(a.name, b.name);

@@ -1,5 +1,6 @@
 // Validator: every generator passes over a grid; hand-broken schedules fail with exact messages;
 // stash predictions equal closed forms computed here from shapes (not from the value table).
+#include "schedule_test_util.h"
 #include "schedule/validate.h"
 
 #include <gtest/gtest.h>
@@ -15,20 +16,7 @@
 namespace hp {
 namespace {
 
-Schedule gen(const std::string& name, int p, int m, int L, int F = 1, int V = 1,
-             std::optional<Recompute> rc = std::nullopt,
-             TransferMode t = TransferMode::kWeights) {
-  ScheduleSpec spec;
-  spec.name = name;
-  spec.stages = p;
-  spec.microbatches = m;
-  spec.layers = L;
-  spec.folds = F;
-  spec.virtual_stages = V;
-  spec.recompute = rc;
-  spec.transfer = t;
-  return generate(spec);
-}
+using test::gen;
 
 ModelConfig small_cfg() {
   ModelConfig c;
