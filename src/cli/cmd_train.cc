@@ -51,6 +51,7 @@ int cmd_train(int argc, char** argv) {
   const int64_t end = f.stop_after > 0 ? std::min(f.stop_after, total) : total;
   const int64_t first_step = st.step;
   const double step_flops = train_step_flops(cfg, plan.shape);
+  const MfuPeak peak = resolve_mfu_peak(f);
   fmt::print("train: {} ({} layers, hidden {}, heads {}/{} kv, vocab {}, {} parameters)\n",
              plan.source ? plan.source->dir : f.model, cfg.layers, cfg.hidden, cfg.heads,
              cfg.kv_heads, cfg.vocab, format_count(static_cast<double>(cfg.params_total())));
@@ -59,9 +60,9 @@ int cmd_train(int argc, char** argv) {
              f.data, source.size(), reader.sequences(), plan.shape.seq_len, plan.shape.microbatches,
              plan.shape.microbatch_size, plan.shape.tokens());
   fmt::print("{} at step {}, to step {} of {}; lr {:.3g} (warmup {}, min {:.3g}), weight decay {}, "
-             "clip {}\n",
+             "clip {}; MFU against {}\n",
              plan.resumed ? "resuming" : "starting", first_step, end, total, st.lr.peak,
-             st.lr.warmup, st.lr.peak * st.lr.min_ratio, st.adamw.weight_decay, st.clip);
+             st.lr.warmup, st.lr.peak * st.lr.min_ratio, st.adamw.weight_decay, st.clip, peak.what);
   std::fflush(stdout);
 
   ProgressLine progress(stdout, ::isatty(::fileno(stdout)) != 0, total,
@@ -77,7 +78,7 @@ int cmd_train(int argc, char** argv) {
     const double eta = elapsed / static_cast<double>(done) * static_cast<double>(end - r.step);
     const double gflops = r.seconds > 0 ? step_flops / r.seconds / 1e9 : 0;
     std::string extra = fmt::format("{:.1f} GFLOP/s", gflops);
-    if (f.peak_gflops > 0) extra += fmt::format("  MFU {:.1f}%", 100.0 * gflops / f.peak_gflops);
+    extra += fmt::format("  MFU {:.1f}%", 100.0 * gflops / peak.gflops);
     nlohmann::json line = r.to_json();
     line["tokens_seen"] = trainer.state().tokens_seen;
     line["gflops"] = gflops;

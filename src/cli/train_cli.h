@@ -62,6 +62,15 @@ struct TrainPlan {
   std::string notes;                     // lines to print (e.g. a resumed run that changed its LR)
 };
 
+// The peak MFU is reported against, per process: --peak-gflops when given, else the `cpu` device
+// profile's peak (configs/devices/cpu.json: per core) times the compute threads of the process.
+// `what` says which, for the header line.
+struct MfuPeak {
+  double gflops = 0;
+  std::string what;
+};
+MfuPeak resolve_mfu_peak(const TrainFlags& f);
+
 // Checks the flags (clear hp::Error for each bad combination) and resolves them. `app` tells which
 // flags were given explicitly: on --resume, only those override the saved settings.
 TrainPlan resolve_train_flags(const TrainFlags& f, const CLI::App& app);

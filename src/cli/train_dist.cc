@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
 #include <cstdio>
 
 #include "cli/train_cli.h"
@@ -98,10 +100,13 @@ int train_dist_main(int argc, char** argv) {
     const int64_t end = f.stop_after > 0 ? std::min(f.stop_after, total) : total;
     const int64_t first_step = st.step;
     const double step_flops = train_step_flops(cfg, global);
+    // MFU against the peak of all ranks together (per-rank peak x ranks).
+    const MfuPeak peak = resolve_mfu_peak(f);
     if (root)
       fmt::print("train (distributed): {} = {} x {} ranks (data x pipeline), schedule {}, M={} "
-                 "B={} S={}; step {} -> {}\n",
-                 world->size(), dp, sch.num_stages, sch.name, M, B, S, first_step, end);
+                 "B={} S={}; step {} -> {}; MFU against {} per rank x {} ranks\n",
+                 world->size(), dp, sch.num_stages, sch.name, M, B, S, first_step, end, peak.what,
+                 world->size());
     std::fflush(stdout);
     ProgressLine progress(stdout, root && ::isatty(::fileno(stdout)) != 0, total,
                           std::max<int64_t>(1, (end - first_step) / 20));
@@ -156,7 +161,16 @@ int train_dist_main(int argc, char** argv) {
       }
       world->barrier();
     };
+    // Test-only fault injection (docs/executor.md): HP_TEST_KILL_RANK=R:N makes rank R kill
+    // itself with SIGKILL when step N starts, so tests can check that the job ends naming it.
+    int kill_rank = -1;
+    long long kill_step = -1;
+    if (const char* k = std::getenv("HP_TEST_KILL_RANK")) {
+      if (std::sscanf(k, "%d:%lld", &kill_rank, &kill_step) != 2)
+        throw Error(fmt::format("HP_TEST_KILL_RANK='{}' should be RANK:STEP, e.g. 1:3", k));
+    }
     while (st.step < end) {
+      if (world->rank() == kill_rank && st.step + 1 == kill_step) std::raise(SIGKILL);
       const double ts = now_s();
       read_step_batch(reader, st.next_sequence, global, /*wrap=*/true, tokens, targets);
       const int64_t off = static_cast<int64_t>(grid.d) * M * B * S;
@@ -188,8 +202,7 @@ int train_dist_main(int argc, char** argv) {
         const double gflops = step_flops / secs / 1e9;
         const double bub = bubble[1] > 0 ? 100.0 * (1 - bubble[0] / bubble[1]) : 0;
         std::string extra = fmt::format("bubble {:.1f}%", bub);
-        if (f.peak_gflops > 0)
-          extra += fmt::format("  MFU {:.1f}%", 100.0 * gflops / (f.peak_gflops * world->size()));
+        extra += fmt::format("  MFU {:.1f}%", 100.0 * gflops / (peak.gflops * world->size()));
         nlohmann::json line = rec.to_json();
         line["tokens_seen"] = st.tokens_seen;
         line["bubble_pct"] = bub;
@@ -202,6 +215,12 @@ int train_dist_main(int argc, char** argv) {
     }
     if (root) progress.finish();
     if (!f.save.empty()) save();
+    if (root && !f.loss_svg.empty())
+      write_loss_svg(f.loss_svg, st.history,
+                     fmt::format("helixpipe train ({} x {} ranks, {}): {} layers, h {}, S {}, {} "
+                                 "tokens/step",
+                                 dp, sch.num_stages, sch.name, cfg.layers, cfg.hidden, S,
+                                 global.tokens()));
     if (!trace.empty() || !timeline.empty()) {
       // Stage 0 of replica 0 collects every stage's events as (start, end) and
       // (mb, dir, part kind, peer, category) records and writes the files.

@@ -1,0 +1,228 @@
+// `helixpipe train` and `helixpipe grad` under mpirun, end to end: the binary is launched with
+// `mpirun --allow-run-as-root --oversubscribe -np N` (every run under `timeout`, so a hang fails
+// the test instead of blocking ctest) and its files are compared with the single-process ones:
+// gradient files, JSONL losses and checkpoints across a save/resume with a different P; a killed
+// rank ends the job naming it; a broken --schedule-file is refused before any rank computes.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
+#include "util/atomic_file.h"
+#include "util/rng.h"
+
+namespace hp {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int rc = -1;
+  std::string out;  // stdout and stderr together
+};
+
+// `ranks` == 0: one process; otherwise mpirun -np ranks. Killed after `timeout_s` (rc 124).
+RunResult run(int ranks, const std::string& args, int timeout_s = 120, const std::string& env = "") {
+  std::string cmd = env + " timeout -k 5 " + std::to_string(timeout_s) + " ";
+  if (ranks > 0)
+    cmd += "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " ";
+  cmd += std::string(HP_BINARY_DIR) + "/helixpipe " + args + " 2>&1";
+  RunResult r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string last_line(const std::string& s) {
+  std::string t = s;
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  const size_t pos = t.rfind('\n');
+  return pos == std::string::npos ? t : t.substr(pos + 1);
+}
+
+std::vector<float> tensor(const SafetensorsReader& f, const std::string& name) {
+  const StTensorInfo* t = f.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t) return {};
+  std::vector<float> v(t->numel());
+  f.read_f32(name, t->shape, v.data());
+  return v;
+}
+
+// Every tensor of `a` is in `b` with the same shape; max |a-b| / max |a| <= rel (0: bitwise).
+void expect_same_tensors(const std::string& a_path, const std::string& b_path, double rel) {
+  const auto a = SafetensorsReader::open(a_path);
+  const auto b = SafetensorsReader::open(b_path);
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  ASSERT_GT(a.tensors().size(), 0u);
+  for (const StTensorInfo& t : a.tensors()) {
+    const std::vector<float> x = tensor(a, t.name), y = tensor(b, t.name);
+    ASSERT_EQ(x.size(), y.size()) << t.name;
+    if (rel == 0) {
+      EXPECT_EQ(x, y) << t.name;
+      continue;
+    }
+    double mx = 0, diff = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      mx = std::max(mx, static_cast<double>(std::fabs(x[i])));
+      diff = std::max(diff, static_cast<double>(std::fabs(x[i] - y[i])));
+    }
+    EXPECT_LE(diff, rel * mx) << t.name << ": max diff " << diff << ", max " << mx;
+  }
+}
+
+std::vector<double> jsonl_losses(const std::string& path) {
+  std::vector<double> v;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) v.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  return v;
+}
+
+class DistCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("hp_dist_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    Rng rng(3);
+    std::string text;
+    const char* words[] = {"alpha", "beta", "gamma", "delta", "and", "the", "of", "pipe"};
+    while (text.size() < 20000) text += std::string(words[static_cast<int>(rng.uniform() * 8)]) + " ";
+    write_file_atomic(path("text.txt"), text);
+    // Four layers: P = 2 with F = 2 helix folds, and P = 4.
+    write_file_atomic(path("cfg.json"),
+                      R"({"hidden_size": 32, "intermediate_size": 40, "num_attention_heads": 4,
+                          "num_key_value_heads": 2, "num_hidden_layers": 4, "vocab_size": 256})");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+TEST_F(DistCliTest, GradUnderMpirunEqualsSingleProcess) {
+  ASSERT_EQ(run(0, "init --model=" + path("cfg.json") + " --seed=5 --out=" + path("m")).rc, 0);
+  const std::string common = fmt::format(
+      "grad --checkpoint={} --data={} --seq-len=24 --microbatch-size=2 --microbatches=4 "
+      "--threads=1",
+      path("m"), path("text.txt"));
+  const RunResult one = run(0, common + " --out=" + path("g1.st"));
+  ASSERT_EQ(one.rc, 0) << one.out;
+  const double loss1 = nlohmann::json::parse(last_line(one.out))["loss"].get<double>();
+  struct Case {
+    int ranks;
+    std::string flags;
+    bool bitwise;
+  };
+  for (const Case& c : {Case{4, "--schedule=1f1b --stages=4", true},
+                        Case{2, "--schedule=gpipe --stages=2", true},
+                        Case{2, "--schedule=helix --stages=2 --folds=2", false},
+                        Case{4, "--schedule=helix --stages=2 --folds=2 --data-parallel=2", false}}) {
+    SCOPED_TRACE(fmt::format("{} ranks {}", c.ranks, c.flags));
+    const RunResult d = run(c.ranks, common + " " + c.flags + " --out=" + path("gd.st"));
+    ASSERT_EQ(d.rc, 0) << d.out;
+    const double lossd = nlohmann::json::parse(last_line(d.out))["loss"].get<double>();
+    if (c.bitwise) {
+      EXPECT_EQ(lossd, loss1);
+    } else {
+      EXPECT_NEAR(lossd, loss1, 1e-6 * loss1);
+    }
+    expect_same_tensors(path("g1.st"), path("gd.st"), c.bitwise ? 0.0 : 1e-6);
+  }
+}
+
+TEST_F(DistCliTest, SaveAndResumeWithAnotherPipelineDepth) {
+  const std::string common = fmt::format(
+      "train --model={} --seed=9 --data={} --seq-len=24 --microbatch-size=2 --microbatches=4 "
+      "--steps=15 --lr=3e-3 --warmup=3 --threads=1",
+      path("cfg.json"), path("text.txt"));
+  // Fifteen steps in one run (P = 2), saved at step 10 by a second run that stops there.
+  const RunResult full = run(2, common + " --schedule=1f1b --stages=2 --log=" + path("full.jsonl") +
+                              " --save=" + path("full") + " --loss-svg=" + path("loss.svg"));
+  ASSERT_EQ(full.rc, 0) << full.out;
+  EXPECT_NE(full.out.find("MFU against"), std::string::npos) << full.out;
+  // The loss curve is written by rank 0.
+  std::ifstream svg(path("loss.svg"));
+  std::string svg_text((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+  EXPECT_NE(svg_text.find("<svg"), std::string::npos);
+  EXPECT_NE(svg_text.find("</svg>"), std::string::npos);
+  const RunResult first = run(2, common + " --schedule=1f1b --stages=2 --stop-after=10 --save=" +
+                               path("at10") + " --log=" + path("first.jsonl"));
+  ASSERT_EQ(first.rc, 0) << first.out;
+  const std::vector<double> all = jsonl_losses(path("full.jsonl"));
+  ASSERT_EQ(all.size(), 15u);
+  const std::vector<double> ten = jsonl_losses(path("first.jsonl"));
+  ASSERT_EQ(ten.size(), 10u);
+  EXPECT_EQ(ten, std::vector<double>(all.begin(), all.begin() + 10));
+  EXPECT_LT(all.back(), all.front());  // it learns
+  // Resume the step-10 save with P = 4 under mpirun, and in one process.
+  struct Case {
+    int ranks;
+    std::string flags;
+  };
+  for (const Case& c : {Case{4, "--schedule=1f1b --stages=4"}, Case{0, ""}}) {
+    SCOPED_TRACE(fmt::format("resume with {} ranks {}", c.ranks, c.flags));
+    fs::remove_all(path("resumed"));
+    fs::remove(path("resumed.jsonl"));
+    const RunResult r = run(c.ranks, "train --resume=" + path("at10") + " --data=" + path("text.txt") +
+                                   " --threads=1 " + c.flags + " --save=" + path("resumed") +
+                                   " --log=" + path("resumed.jsonl"));
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_EQ(jsonl_losses(path("resumed.jsonl")), std::vector<double>(all.begin() + 10, all.end()));
+    expect_same_tensors(open_checkpoint(path("full")).model_path,
+                        open_checkpoint(path("resumed")).model_path, 0.0);
+  }
+}
+
+TEST_F(DistCliTest, KilledRankEndsTheJobNamingIt) {
+  // HP_TEST_KILL_RANK=1:3: rank 1 raises SIGKILL when step 3 starts (test-only hook).
+  const RunResult r = run(2,
+                    fmt::format("train --model={} --data={} --seq-len=24 --microbatches=4 "
+                                "--steps=50 --threads=1 --schedule=1f1b --stages=2",
+                                path("cfg.json"), path("text.txt")),
+                    90, "HP_TEST_KILL_RANK=1:3");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.rc, 124) << "the job hung until the timeout:\n" << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("rank 1 .*(signal 9|Killed)"))) << r.out;
+}
+
+TEST_F(DistCliTest, BrokenScheduleFileRefusedBeforeAnyRankComputes) {
+  const RunResult r = run(2,
+                    fmt::format("train --model=tiny --data={} --seq-len=16 --microbatches=2 "
+                                "--steps=5 --threads=1 --log={} --schedule-file={}",
+                                path("text.txt"), path("log.jsonl"),
+                                std::string(HP_SOURCE_DIR) +
+                                    "/tests/runtime/data/broken_deadlock.txt"),
+                    90);
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.rc, 124) << r.out;
+  EXPECT_NE(r.out.find("broken_deadlock.txt refused before any rank computes"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("train (distributed)"), std::string::npos) << r.out;  // no step ran
+  EXPECT_FALSE(fs::exists(path("log.jsonl")) && fs::file_size(path("log.jsonl")) > 0);
+}
+
+}  // namespace
+}  // namespace hp
