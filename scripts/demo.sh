@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on its built-in default: a small LLaMA-style model (the `small` preset: 4 layers,
 # hidden 256) trained with HelixPipe (two folds, recomputation without attention) on 2 MPI ranks,
-# on real English text (vim's documentation, or the King James Bible where vim's docs are absent),
+# on real English text (the Vim user manual, usr_*.txt; the King James Bible where it is absent),
 # for a few minutes. It ends with sample text, the loss curve (SVG), the measured timeline (SVG)
 # and the checkpoint folder. Environment overrides: HP_DEMO_DIR (output folder, default
 # runs/demo), HP_DEMO_STEPS (default 400).
@@ -16,8 +16,8 @@ mkdir -p "$out"
 # 1. Text -> token file (bytes are tokens).
 text=$out/corpus.txt
 if [ ! -s "$text" ]; then
-  if compgen -G "/usr/share/vim/vim90/doc/*.txt" >/dev/null; then
-    cat /usr/share/vim/vim90/doc/*.txt >"$text.tmp"
+  if compgen -G "/usr/share/vim/vim90/doc/usr_*.txt" >/dev/null; then
+    cat /usr/share/vim/vim90/doc/usr_*.txt >"$text.tmp"
   else
     scripts/install_deps.sh bible-kjv
     bible -f "gen1:1-rev22:21" >"$text.tmp"
