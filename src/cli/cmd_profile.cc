@@ -22,7 +22,9 @@ int cmd_profile(int argc, char** argv) {
                "helixpipe profile"};
   app.footer(
       "Each part runs as its own op on the real model with the CPU kernels; each figure is the\n"
-      "median of --repeats passes after --warmup passes. Recomputation costs the part's F. The\n"
+      "median of --repeats passes after --warmup passes, timed by the process's CPU time at one\n"
+      "thread (other processes on the cores do not inflate it) and by wall time with more.\n"
+      "Recomputation costs the part's F. The\n"
       "link is an in-process memcpy of one activation message unless --link-latency and\n"
       "--link-bandwidth are given (e.g. from an MPI ping-pong).\n\n"
       "examples:\n"

@@ -67,6 +67,34 @@ std::string StageExecutor::describe(const Message& m, bool send) const {
          std::to_string(send ? m.dst : m.src);
 }
 
+std::vector<float> StageExecutor::take_buffer(int64_t elems) {
+  // The smallest spare buffer that holds `elems` floats without growing; else the largest one
+  // (it grows once and stays big enough from then on).
+  const size_t n = static_cast<size_t>(elems);
+  size_t best = spare_.size();
+  for (size_t i = 0; i < spare_.size(); ++i) {
+    const size_t cap = spare_[i].capacity();
+    if (cap >= n && (best == spare_.size() || cap < spare_[best].capacity())) best = i;
+  }
+  if (best == spare_.size()) {
+    for (size_t i = 0; i < spare_.size(); ++i)
+      if (best == spare_.size() || spare_[i].capacity() > spare_[best].capacity()) best = i;
+  }
+  std::vector<float> buf;
+  if (best < spare_.size()) {
+    buf = std::move(spare_[best]);
+    spare_[best] = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  buf.resize(n);
+  return buf;
+}
+
+void StageExecutor::give_buffer(std::vector<float>&& buf) {
+  spare_.push_back(std::move(buf));
+  buf = {};
+}
+
 StageStats StageExecutor::run(ComputeBackend& backend, ValueStore& store,
                               const ExecutorOptions& opt,
                               const std::function<void()>& after_last_compute) {
@@ -80,6 +108,31 @@ StageStats StageExecutor::run(ComputeBackend& backend, ValueStore& store,
   auto rel = [&](double t) { return t - opt.time_origin; };
   auto record = [&](TimelineEvent ev) {
     if (opt.timeline) opt.timeline->events.push_back(std::move(ev));
+  };
+  // A transfer as the timeline shows it: from posting to completion on the comm row, plus a wait
+  // bar for the time this stage was blocked on it (when there was any).
+  auto record_transfer = [&](const Message& m, bool send, double posted, double t0, double t1) {
+    if (!opt.timeline) return;
+    TimelineEvent ev;
+    ev.stage = stage_;
+    ev.start = rel(posted);
+    ev.end = rel(t1);
+    ev.name = send ? "send " + std::string(dir_str(m.dir)) + std::to_string(m.mb) + " " +
+                         m.from.str() + " -> s" + std::to_string(m.dst)
+                   : "recv " + std::string(dir_str(m.dir)) + std::to_string(m.mb) + " " +
+                         m.to.str() + " <- s" + std::to_string(m.src);
+    ev.category = send ? "send" : "recv";
+    ev.mb = m.mb;
+    ev.dir = m.dir;
+    ev.peer = send ? m.dst : m.src;
+    ev.bytes = m.bytes;
+    record(ev);
+    if (t1 - t0 > 1e-6) {
+      ev.start = rel(t0);
+      ev.category = "wait";
+      ev.name = "wait " + ev.name;
+      record(std::move(ev));
+    }
   };
   int last_compute = -1;
   for (size_t i = 0; i < stage.lowered.size(); ++i)
@@ -126,7 +179,7 @@ StageStats StageExecutor::run(ComputeBackend& backend, ValueStore& store,
         Pending& p = sends_[m.id];
         int64_t total = 0;
         for (int64_t e : elems_[m.id]) total += e;
-        p.buf.resize(static_cast<size_t>(total));
+        p.buf = take_buffer(total);
         int64_t off = 0;
         for (size_t k = 0; k < values_[m.id].size(); ++k) {
           const Value v = values_[m.id][k];
@@ -157,29 +210,10 @@ StageStats StageExecutor::run(ComputeBackend& backend, ValueStore& store,
         const double t1 = now_s();
         st.comm_wait_s += t1 - t0;
         p.active = false;
-        std::vector<float>().swap(p.buf);  // the send buffer is free once the send completed
+        give_buffer(std::move(p.buf));  // the send buffer is free once the send completed
         // The values leave this stage: drop their live mark (the stash keeps what backward needs).
         for (const Value& v : values_[m.id]) store.release(v, m.mb);
-        if (opt.timeline) {
-          TimelineEvent ev;
-          ev.stage = stage_;
-          ev.start = rel(p.posted);
-          ev.end = rel(t1);
-          ev.name = "send " + std::string(dir_str(m.dir)) + std::to_string(m.mb) + " " +
-                    m.from.str() + " -> s" + std::to_string(m.dst);
-          ev.category = "send";
-          ev.mb = m.mb;
-          ev.dir = m.dir;
-          ev.peer = m.dst;
-          ev.bytes = m.bytes;
-          record(ev);
-          if (t1 - t0 > 1e-6) {
-            ev.start = rel(t0);
-            ev.category = "wait";
-            ev.name = "wait " + ev.name;
-            record(std::move(ev));
-          }
-        }
+        record_transfer(m, /*send=*/true, p.posted, t0, t1);
         break;
       }
       case OpKind::kRecvStart: {
@@ -187,7 +221,7 @@ StageStats StageExecutor::run(ComputeBackend& backend, ValueStore& store,
         Pending& p = recvs_[m.id];
         int64_t total = 0;
         for (int64_t e : elems_[m.id]) total += e;
-        p.buf.resize(static_cast<size_t>(total));
+        p.buf = take_buffer(total);
         p.req = comm_.irecv(p.buf.data(), total * static_cast<int64_t>(sizeof(float)), m.src, m.tag);
         p.active = true;
         p.posted = now_s();
@@ -210,29 +244,10 @@ StageStats StageExecutor::run(ComputeBackend& backend, ValueStore& store,
           std::memcpy(dst, p.buf.data() + off, static_cast<size_t>(elems_[m.id][k]) * sizeof(float));
           off += elems_[m.id][k];
         }
-        std::vector<float>().swap(p.buf);
+        give_buffer(std::move(p.buf));
         st.bytes_received += off * static_cast<int64_t>(sizeof(float));
         ++st.messages_received;
-        if (opt.timeline) {
-          TimelineEvent ev;
-          ev.stage = stage_;
-          ev.start = rel(p.posted);
-          ev.end = rel(t1);
-          ev.name = "recv " + std::string(dir_str(m.dir)) + std::to_string(m.mb) + " " +
-                    m.to.str() + " <- s" + std::to_string(m.src);
-          ev.category = "recv";
-          ev.mb = m.mb;
-          ev.dir = m.dir;
-          ev.peer = m.src;
-          ev.bytes = m.bytes;
-          record(ev);
-          if (t1 - t0 > 1e-6) {
-            ev.start = rel(t0);
-            ev.category = "wait";
-            ev.name = "wait " + ev.name;
-            record(std::move(ev));
-          }
-        }
+        record_transfer(m, /*send=*/false, p.posted, t0, t1);
         break;
       }
     }

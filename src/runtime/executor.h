@@ -114,6 +114,11 @@ class StageExecutor {
   // Per message id: sizes of its values (elements), in Message::values order.
   std::vector<std::vector<int64_t>> elems_;
   std::vector<std::vector<Value>> values_;
+  // Message buffers are recycled across messages and steps (fresh memory is slow to touch):
+  // a completed send or receive gives its buffer back, the next one takes the best fit.
+  std::vector<std::vector<float>> spare_;
+  std::vector<float> take_buffer(int64_t elems);
+  void give_buffer(std::vector<float>&& buf);
   std::vector<Pending> sends_, recvs_;  // indexed by message id (only this stage's are used)
 };
 

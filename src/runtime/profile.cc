@@ -27,13 +27,18 @@ double median(std::vector<double> v) {
 }
 
 
+// The clock a profile reads: at one thread the process's CPU time (robust to other processes on
+// a shared machine: what a dedicated core would take), with more threads wall time.
+using Clock = double (*)();
+Clock profile_clock(int threads) { return threads == 1 ? process_cpu_seconds : now_seconds; }
+
 // Times one op; returns seconds.
 double timed_run(Model& model, const ComputeOp& op, Recompute policy, TransferMode transfer,
-                 ValueStore& store, const Batch& b) {
+                 ValueStore& store, const Batch& b, Clock clock) {
   const auto ctx = local_contexts(op, policy, transfer);
-  Timer t;
+  const double t0 = clock();
   model.run(op, ctx, store, b);
-  return t.seconds();
+  return clock() - t0;
 }
 
 ComputeOp single(Dir dir, Part p, Recompute policy) {
@@ -47,16 +52,16 @@ ComputeOp single(Dir dir, Part p, Recompute policy) {
 
 // One pass: F, I, W of every part on its own. Adds the per-kind sums to `acc` ([kind][dir]).
 void one_pass(Model& model, const std::vector<Part>& parts, Recompute policy, TransferMode transfer,
-              ValueStore& store, const Batch& b, std::array<std::array<double, 3>, 5>& acc) {
+              ValueStore& store, const Batch& b, Clock clock, std::array<std::array<double, 3>, 5>& acc) {
   for (auto& row : acc) row.fill(0);
   store.clear();
   for (const Part& p : parts)
-    acc[static_cast<int>(p.kind)][0] += timed_run(model, single(Dir::kF, p, policy), policy, transfer, store, b);
+    acc[static_cast<int>(p.kind)][0] += timed_run(model, single(Dir::kF, p, policy), policy, transfer, store, b, clock);
   for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
     acc[static_cast<int>(it->kind)][1] +=
-        timed_run(model, single(Dir::kI, *it, policy), policy, transfer, store, b);
+        timed_run(model, single(Dir::kI, *it, policy), policy, transfer, store, b, clock);
     acc[static_cast<int>(it->kind)][2] +=
-        timed_run(model, single(Dir::kW, *it, policy), policy, transfer, store, b);
+        timed_run(model, single(Dir::kW, *it, policy), policy, transfer, store, b, clock);
   }
   HP_CHECK(store.size() == 0, "profile: values left over after a full pass: {}", store.describe());
 }
@@ -128,14 +133,14 @@ PartProfile profile_parts(const ModelConfig& cfg_in, const ProfileOptions& opt) 
   std::array<std::array<std::vector<double>, 3>, 5> samples;
   std::vector<double> attn_extra;
   for (int r = 0; r < opt.warmup + opt.repeats; ++r) {
-    one_pass(model, parts, Recompute::kNone, opt.transfer, store, b, acc);
+    one_pass(model, parts, Recompute::kNone, opt.transfer, store, b, profile_clock(opt.threads), acc);
     const double attn_i_none = acc[static_cast<int>(PartKind::kAttn)][1];
     if (r >= opt.warmup)
       for (int k = 0; k < 5; ++k) {
         const double count = (k == 0 || k == 4) ? 1.0 : static_cast<double>(opt.layers);
         for (int d = 0; d < 3; ++d) samples[k][d].push_back(acc[k][d] / count);
       }
-    one_pass(model, parts, Recompute::kNoAttn, opt.transfer, store, b, acc);
+    one_pass(model, parts, Recompute::kNoAttn, opt.transfer, store, b, profile_clock(opt.threads), acc);
     if (r >= opt.warmup)
       attn_extra.push_back((acc[static_cast<int>(PartKind::kAttn)][1] - attn_i_none) / opt.layers);
   }
@@ -191,10 +196,11 @@ StepCheck check_step(const ModelConfig& cfg, const ProfileOptions& opt, const Pa
   for (int r = 0; r < 1 + opt.repeats; ++r) {
     store.clear();
     store.reset_peaks();
-    Timer tm;
+    const Clock clock = profile_clock(opt.threads);
+    const double t0 = clock();
     const double loss = loss_and_grads(model, tokens.data(), targets.data(), opt.microbatch_size,
                                        opt.seq_len, microbatches, so, &store);
-    const double s = tm.seconds();
+    const double s = clock() - t0;
     HP_CHECK(loss > 0, "profile: step loss {} is not positive", loss);
     if (r > 0) t.push_back(s);
   }
