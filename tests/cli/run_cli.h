@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -23,8 +24,10 @@ inline std::string cli_binary() { return std::string(HP_BINARY_DIR) + "/helixpip
 
 // Runs `helixpipe ARGS` through the shell (ARGS is pasted as is: quote paths with spaces).
 inline CliResult run_cli(const std::string& args) {
+  // ctest runs tests of one binary as concurrent processes: the file name carries the pid.
   static int counter = 0;
-  const std::string err_path = ::testing::TempDir() + "hp_cli_err_" + std::to_string(++counter);
+  const std::string err_path = ::testing::TempDir() + "hp_cli_err_" + std::to_string(::getpid()) +
+                               "_" + std::to_string(++counter);
   const std::string cmd = cli_binary() + " " + args + " 2>" + err_path;
   CliResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
