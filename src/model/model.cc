@@ -198,18 +198,22 @@ struct ModelT<T>::Impl {
 
   // post:l: Y:l = O W_o^T + X:l; Z:l = RMSNorm2(Y), rstd2:l; per chunk of rows
   // G = Z W_gate^T, U = Z W_up^T (chunk, f), H = silu(G) * U, X:l+1 = Y + H W_down^T.
-  // G:l and U:l are full values only when stashed (policy none, not a recomputation).
-  void post_fwd(int l, const PartContext& c, bool recompute) {
+  // G:l and U:l are full values when stashed (policy none) and, with `keep_gu`, in a
+  // recomputation for the op's own backward, which then reads them instead of multiplying them
+  // out a second time (transient: released when the op ends; the caller asks it for one post per
+  // op, so the extra memory is one layer's G and U). A recomputation whose X:l+1 no later
+  // recomputed part reads (`need_output` false) stops after G and U.
+  void post_fwd(int l, const PartContext& c, bool recompute, bool need_output, bool keep_gu) {
     const T* x = in(val(ValueKind::kX, l));
     const T* o = in(val(ValueKind::kO, l));
     T* y = out(val(ValueKind::kY, l));
     T* rstd2 = out(val(ValueKind::kRstd2, l));
     T* z = out(val(ValueKind::kZ, l));
-    T* xo = out(val(ValueKind::kX, l + 1));
+    T* xo = need_output ? out(val(ValueKind::kX, l + 1)) : nullptr;
     copy(y, x, Tn * h);
     k.gemm(false, true, Tn, h, h, T(1), o, h, P.at(Slot::kWo, l), h, T(1), y, h);
     k.rmsnorm_forward(z, rstd2, y, P.at(Slot::kNorm2, l), Tn, h, cfg.rms_eps);
-    const bool full = c.policy == Recompute::kNone && !recompute;
+    const bool full = c.policy == Recompute::kNone || (recompute && (keep_gu || !need_output));
     T* g = full ? out(val(ValueKind::kG, l)) : nullptr;
     T* u = full ? out(val(ValueKind::kU, l)) : nullptr;
     const int64_t C = mlp_chunk();
@@ -220,6 +224,7 @@ struct ModelT<T>::Impl {
       T* hc = grow(w_h, C * f);
       k.gemm(false, true, n, f, h, T(1), z + c0 * h, h, P.at(Slot::kGate, l), h, T(0), gc, f);
       k.gemm(false, true, n, f, h, T(1), z + c0 * h, h, P.at(Slot::kUp, l), h, T(0), uc, f);
+      if (!xo) continue;
       k.swiglu_forward(hc, gc, uc, n * f);
       copy(xo + c0 * h, y + c0 * h, n * h);
       k.gemm(false, true, n, h, f, T(1), hc, f, P.at(Slot::kDown, l), f, T(1), xo + c0 * h, h);
@@ -259,12 +264,15 @@ struct ModelT<T>::Impl {
     }
   }
 
-  double forward(const Part& p, const PartContext& c, bool recompute) {
+  // Recomputation hints (post only): `need_output` false when no later recomputed part of the op
+  // reads the output; `keep_gu` to keep G and U for the op's backward (see post_fwd).
+  double forward(const Part& p, const PartContext& c, bool recompute, bool need_output = true,
+                 bool keep_gu = false) {
     switch (p.kind) {
       case PartKind::kEmbed: embed_fwd(); return 0;
       case PartKind::kPre: pre_fwd(p.layer, c); return 0;
       case PartKind::kAttn: attn_fwd(p.layer, c, recompute); return 0;
-      case PartKind::kPost: post_fwd(p.layer, c, recompute); return 0;
+      case PartKind::kPost: post_fwd(p.layer, c, recompute, need_output, keep_gu); return 0;
       case PartKind::kHead: return head_fwd();
     }
     return 0;
@@ -538,11 +546,17 @@ struct ModelT<T>::Impl {
     }
     // B or I: recompute what the policy dropped, in model order, then backpropagate.
     require_live(backward_inputs(op.parts[0], ctx[0], L), op);
+    // The last post in model order keeps its G and U for the backward (or, when nothing after it
+    // is recomputed, stops after them): the backward then does not multiply them out again.
+    auto last_post = std::find_if(op.recompute.begin(), op.recompute.end(),
+                                  [](const Part& p) { return p.kind == PartKind::kPost; });
     for (auto it = op.recompute.rbegin(); it != op.recompute.rend(); ++it) {
       auto pos = std::find(op.parts.begin(), op.parts.end(), *it);
       HP_CHECK(pos != op.parts.end(), "Model: op '{}' recomputes {}, which it does not run",
                op_str(op), it->str());
-      forward(*it, ctx[static_cast<size_t>(pos - op.parts.begin())], true);
+      const bool keep_gu = last_post != op.recompute.end() && *it == *last_post;
+      forward(*it, ctx[static_cast<size_t>(pos - op.parts.begin())], true,
+              std::next(it) != op.recompute.rend(), keep_gu);
     }
     const bool split = op.dir == Dir::kI;
     for (size_t i = 0; i < n; ++i) backward(op.parts[i], ctx[i], split);

@@ -1,0 +1,75 @@
+// What a recomputation costs, counted in GEMM FLOPs: under no-attn a backward op redoes exactly the
+// forward work its backward needs, once. The post part's recomputation keeps G and U for the op's
+// backward (which would otherwise multiply them out again) and, when no later recomputed part
+// reads its output X:l+1, skips the down projection.
+#include <gtest/gtest.h>
+
+#include "kernels/reference/reference_kernels.h"
+#include "model_test_util.h"
+
+namespace hp {
+namespace {
+
+// The reference kernels, counting 2*M*N*K per GEMM while `on`.
+class CountingKernels : public ReferenceKernels<float> {
+ public:
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) override {
+    if (on) flops += 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+    ReferenceKernels<float>::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  bool on = false;
+  double flops = 0;
+};
+
+// GEMM FLOPs of the I op of each op in `ops` (one micro-batch, split backward) under `policy`.
+std::vector<double> i_op_flops(const ModelConfig& cfg, const std::vector<std::vector<Part>>& ops,
+                               Recompute policy, int64_t S) {
+  CountingKernels k;
+  Params params(cfg, Params::all_parts(cfg));
+  test::randomize(params, 3);
+  Model model(cfg, k, params, ModelOptions{4, 4});  // MLP chunks of 4 rows: several chunks
+  ValueStore store;
+  const auto tokens = test::random_tokens(S, cfg.vocab, 1), targets = test::random_tokens(S, cfg.vocab, 2);
+  Batch b{tokens.data(), targets.data(), 1, S, 1.0 / static_cast<double>(S)};
+  test::SplitRun r;
+  r.policy = policy;
+  for (const auto& parts : ops) {
+    ComputeOp op = test::make_op(Dir::kF, 0, parts, policy);
+    model.run(op, test::contexts<float>(op, r), store, b);
+  }
+  std::vector<double> out(ops.size(), 0.0);
+  for (size_t i = ops.size(); i-- > 0;) {
+    ComputeOp iop = test::make_op(Dir::kI, 0, ops[i], policy);
+    k.flops = 0;
+    k.on = true;
+    model.run(iop, test::contexts<float>(iop, r), store, b);
+    k.on = false;
+    out[i] = k.flops;
+    ComputeOp wop = test::make_op(Dir::kW, 0, ops[i], policy);
+    model.run(wop, test::contexts<float>(wop, r), store, b);
+  }
+  EXPECT_EQ(store.size(), 0u) << store.describe();
+  return out;
+}
+
+TEST(RecomputeCost, NoAttnRedoesOnlyTheForwardTheBackwardNeeds) {
+  ModelConfig cfg = test::tiny_config();
+  cfg.layers = 2;
+  const int64_t S = 10;
+  // [embed pre:1 attn:1] [post:1 pre:2] [attn:2] [post:2] [head]: post:1 is followed by a
+  // recomputed pre:2 (which reads X:2), post:2 is the last recomputed part of its op.
+  const auto ops = test::split_parts(2, {3, 5, 6, 7});
+  const auto none = i_op_flops(cfg, ops, Recompute::kNone, S);
+  const auto noattn = i_op_flops(cfg, ops, Recompute::kNoAttn, S);
+  const double T = static_cast<double>(S), h = static_cast<double>(cfg.hidden),
+               f = static_cast<double>(cfg.intermediate);
+  const double wo = 2 * T * h * h, gate_up = 2 * 2 * T * h * f, down = 2 * T * f * h;
+  // post:1 then pre:2 (no GEMM): the whole post forward once, G and U not multiplied again.
+  EXPECT_DOUBLE_EQ(noattn[1] - none[1], wo + gate_up + down);
+  // post:2 alone: W_o and G, U; the down projection (X:3, read by nobody) is skipped.
+  EXPECT_DOUBLE_EQ(noattn[3] - none[3], wo + gate_up);
+}
+
+}  // namespace
+}  // namespace hp
