@@ -8,12 +8,20 @@
 
 #include "cli/commands.h"
 #include "cli/sim_common.h"
+#include "comm/mpi_comm.h"
+#include "comm/pingpong.h"
 #include "runtime/profile.h"
 #include "sim/cost_model.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace hp::cli {
+
+namespace {
+int profile_report(const ModelConfig& cfg, const ProfileOptions& opt,
+                   const std::optional<LinkEstimate>& link, int ranks, const std::string& out_path,
+                   const std::string& format, const std::string& transfer, int step_mbs);
+}  // namespace
 
 int cmd_profile(int argc, char** argv) {
   CLI::App app{"Measure per-part compute costs (F, I, W of embed, pre, attn, post, head) of a model\n"
@@ -22,12 +30,17 @@ int cmd_profile(int argc, char** argv) {
                "helixpipe profile"};
   app.footer(
       "Each part runs as its own op on the real model with the CPU kernels; each figure is the\n"
-      "median of --repeats passes after --warmup passes, timed by the process's CPU time at one\n"
+      "median of --repeats passes after --warmup passes, timed by the thread's CPU time at one\n"
       "thread (other processes on the cores do not inflate it) and by wall time with more.\n"
-      "Recomputation costs the part's F. The link is an in-process memcpy of one activation\n"
-      "message unless --link-latency and --link-bandwidth are given (e.g. from an MPI ping-pong).\n\n"
+      "Recomputation costs the part's F.\n\n"
+      "The link: under mpirun (2 or more ranks) an MPI ping-pong between ranks 0 and 1 through\n"
+      "the runtime's own Comm calls, an 8-byte message for the latency and one activation message\n"
+      "(b*s*h*4 bytes) for the bandwidth; then every rank profiles the parts at once (as the\n"
+      "pipeline loads the cores) and rank 0 reports. Without mpirun it is an in-process memcpy\n"
+      "of one activation message. --link-latency with --link-bandwidth skip measuring.\n\n"
       "examples:\n"
       "  helixpipe profile --model=small --seq-len=4096 --out=costs.json\n"
+      "  mpirun -np 2 helixpipe profile --model=small --seq-len=4096 --out=costs.json\n"
       "  helixpipe simulate --schedule=helix --stages=2 --microbatches=4 --layers=8 \\\n"
       "      --part-costs=costs.json");
   std::string model = "small", out_path, format = "text", transfer = "weights";
@@ -56,7 +69,46 @@ int cmd_profile(int argc, char** argv) {
   opt.transfer = parse_transfer(transfer);
 
   const ModelConfig cfg = ModelConfig::load(model);
-  const PartProfile p = profile_parts(cfg, opt);
+  std::unique_ptr<MpiComm> world;
+  std::optional<LinkEstimate> link;
+  if (MpiComm::launched_by_mpirun()) {
+    world = MpiComm::init_world(&argc, &argv);
+    try {
+      if (world->size() >= 2 && opt.link_latency_s < 0 && opt.link_bandwidth_Bps < 0) {
+        link = measure_link(*world, opt.microbatch_size * opt.seq_len * cfg.hidden * 4, 20);
+        opt.link_latency_s = link->latency_s;
+        opt.link_bandwidth_Bps = link->bandwidth_Bps;
+      }
+      if (world->rank() != 0) {
+        // The other ranks load their cores with the same work while rank 0 measures.
+        (void)profile_parts(cfg, opt);
+        world->barrier();
+        return 0;
+      }
+    } catch (const std::exception& e) {
+      world->abort(fmt::format("rank {}: error: {}", world->rank(), e.what()));
+    }
+  }
+  try {
+    const int rc = profile_report(cfg, opt, link, world ? world->size() : 1, out_path, format,
+                                  transfer, step_mbs);
+    if (world) world->barrier();
+    return rc;
+  } catch (const std::exception& e) {
+    if (world) world->abort(fmt::format("rank 0: error: {}", e.what()));
+    throw;
+  }
+}
+
+namespace {
+
+int profile_report(const ModelConfig& cfg, const ProfileOptions& opt,
+                   const std::optional<LinkEstimate>& link, int ranks, const std::string& out_path,
+                   const std::string& format, const std::string& transfer, int step_mbs) {
+  PartProfile p = profile_parts(cfg, opt);
+  if (link)
+    p.link_source = fmt::format("MPI ping-pong, ranks 0 and 1 of {}, median of {}", ranks,
+                                link->repeats);
   const nlohmann::json j = p.to_json();
   // Round trip: what we write must load in the simulator.
   (void)CostModel::from_part_costs(j, "profile output");
@@ -104,5 +156,7 @@ int cmd_profile(int argc, char** argv) {
   if (!out_path.empty()) fmt::print("wrote     {}\n", out_path);
   return 0;
 }
+
+}  // namespace
 
 }  // namespace hp::cli

@@ -27,10 +27,11 @@ double median(std::vector<double> v) {
 }
 
 
-// The clock a profile reads: at one thread the process's CPU time (robust to other processes on
-// a shared machine: what a dedicated core would take), with more threads wall time.
+// The clock a profile reads: at one thread the calling thread's CPU time (robust to other
+// processes and threads on a shared machine: what a dedicated core would take; the kernels run
+// on the caller at one thread), with more threads wall time.
 using Clock = double (*)();
-Clock profile_clock(int threads) { return threads == 1 ? process_cpu_seconds : now_seconds; }
+Clock profile_clock(int threads) { return threads == 1 ? thread_cpu_seconds : now_seconds; }
 
 // Times one op; returns seconds.
 double timed_run(Model& model, const ComputeOp& op, Recompute policy, TransferMode transfer,

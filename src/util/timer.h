@@ -20,6 +20,15 @@ inline double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
+// CPU seconds used by the calling thread. For work that runs entirely on the caller (kernels at
+// one thread): neither other processes nor other threads of this process (ranks run as threads,
+// MPI's own threads) count.
+inline double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 class Timer {
  public:
   Timer() : start_(now_seconds()) {}

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "comm/local_comm.h"
+#include "comm/pingpong.h"
 #include "util/error.h"
 #include "util/timer.h"
 
@@ -326,6 +327,22 @@ TEST(LocalComm, TimeoutComesFromTheEnvironment) {
   }
   if (old) setenv("HP_COMM_TIMEOUT", saved.c_str(), 1);
   else unsetenv("HP_COMM_TIMEOUT");
+}
+
+TEST(LocalComm, PingPongGivesEveryRankRankZerosLinkFigures) {
+  LocalWorld world(3, fast_timeout(30));
+  std::vector<LinkEstimate> got(3);
+  world.run([&](Comm& c) { got[static_cast<size_t>(c.rank())] = measure_link(c, 1 << 20, 5); });
+  for (const LinkEstimate& e : got) {
+    EXPECT_GT(e.latency_s, 0);
+    EXPECT_GT(e.bandwidth_Bps, 0);
+    EXPECT_GE(e.big_one_way_s, e.latency_s);
+    EXPECT_EQ(e.bytes, 1 << 20);
+    EXPECT_EQ(e.latency_s, got[0].latency_s);  // the all-reduce hands out rank 0's figures
+    EXPECT_EQ(e.bandwidth_Bps, got[0].bandwidth_Bps);
+  }
+  LocalWorld one(1, fast_timeout(5));
+  EXPECT_THROW(one.run([](Comm& c) { measure_link(c, 1024, 1); }), Error);
 }
 
 }  // namespace
