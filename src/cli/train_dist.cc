@@ -26,6 +26,7 @@
 #include "schedule/generate.h"
 #include "schedule/lower.h"
 #include "schedule/validate.h"
+#include "runtime/timeline_gather.h"
 #include "sim/timeline.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -222,59 +223,12 @@ int train_dist_main(int argc, char** argv) {
                                  dp, sch.num_stages, sch.name, cfg.layers, cfg.hidden, S,
                                  global.tokens()));
     if (!trace.empty() || !timeline.empty()) {
-      // Stage 0 of replica 0 collects every stage's events as (start, end) and
-      // (mb, dir, part kind, peer, category) records and writes the files.
+      // Stage 0 of replica 0 collects every stage's events and writes the files.
       if (grid.d == 0) {
-        Comm& pipe = *grid.pipeline;
-        if (pipe.rank() == 0) {
-          for (int q = 1; q < pipe.size(); ++q) {
-            int64_t n = 0;
-            Request rq = pipe.irecv(&n, sizeof n, q, 1);
-            pipe.wait(rq, "timeline size of stage " + std::to_string(q));
-            std::vector<TimelineEvent> evs(static_cast<size_t>(n));
-            std::vector<double> times(static_cast<size_t>(2 * n));
-            std::vector<int32_t> meta(static_cast<size_t>(5 * n));
-            Request r1 = pipe.irecv(times.data(), 16 * n, q, 2);
-            pipe.wait(r1, "timeline of stage " + std::to_string(q));
-            Request r2 = pipe.irecv(meta.data(), 20 * n, q, 3);
-            pipe.wait(r2, "timeline of stage " + std::to_string(q));
-            for (int64_t i = 0; i < n; ++i) {
-              TimelineEvent ev;
-              ev.stage = q;
-              ev.start = times[2 * i];
-              ev.end = times[2 * i + 1];
-              ev.mb = meta[5 * i];
-              ev.dir = static_cast<Dir>(meta[5 * i + 1]);
-              ev.first_kind = static_cast<PartKind>(meta[5 * i + 2]);
-              ev.peer = meta[5 * i + 3];
-              const int cat = meta[5 * i + 4];
-              static const char* cats[] = {"F", "B", "I", "W", "send", "recv", "wait"};
-              ev.category = cats[cat];
-              ev.name = ev.category + std::to_string(ev.mb);
-              tl.events.push_back(ev);
-            }
-          }
+        gather_timeline(*grid.pipeline, tl);
+        if (grid.p == 0) {
           if (!trace.empty()) write_file_atomic(trace, render_chrome_trace(tl));
           if (!timeline.empty()) write_file_atomic(timeline, render_svg(tl));
-        } else {
-          const int64_t n = static_cast<int64_t>(tl.events.size());
-          std::vector<double> times;
-          std::vector<int32_t> meta;
-          for (const TimelineEvent& ev : tl.events) {
-            times.push_back(ev.start);
-            times.push_back(ev.end);
-            static const std::string cats[] = {"F", "B", "I", "W", "send", "recv", "wait"};
-            int cat = 0;
-            while (cat < 6 && cats[cat] != ev.category) ++cat;
-            meta.insert(meta.end(), {ev.mb, static_cast<int32_t>(ev.dir),
-                                     static_cast<int32_t>(ev.first_kind), ev.peer, cat});
-          }
-          Request a = pipe.isend(&n, sizeof n, 0, 1);
-          pipe.wait(a, "sending the timeline size");
-          Request b = pipe.isend(times.data(), 16 * n, 0, 2);
-          pipe.wait(b, "sending the timeline");
-          Request c = pipe.isend(meta.data(), 20 * n, 0, 3);
-          pipe.wait(c, "sending the timeline");
         }
       }
     }
