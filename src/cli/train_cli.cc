@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "kernels/cpu_kernels.h"
 #include "sim/device.h"
 #include "util/error.h"
 
@@ -15,12 +16,8 @@ namespace hp::cli {
 
 MfuPeak resolve_mfu_peak(const TrainFlags& f) {
   if (f.peak_gflops > 0) return {f.peak_gflops, fmt::format("{:.0f} GFLOP/s (--peak-gflops)", f.peak_gflops)};
-  // The same thread count the CPU kernels resolve: --threads, else OMP_NUM_THREADS, else cores.
-  int threads = f.threads;
-  if (threads <= 0) {
-    if (const char* env = std::getenv("OMP_NUM_THREADS")) threads = std::atoi(env);
-  }
-  if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  // The thread count the CPU kernels resolve (--threads, OMP_NUM_THREADS or the usable cores).
+  const int threads = cpu_threads(f.threads);
   const double per_core = device_profile("cpu").peak_flops / 1e9;
   return {per_core * threads,
           fmt::format("{:.0f} GFLOP/s = cpu profile {:.0f} x {} thread{}", per_core * threads,

@@ -12,7 +12,11 @@ namespace hp {
 // kAuto picks AVX-512 when the CPU has it (F, BW, DQ, VL), else AVX2+FMA.
 enum class CpuIsa { kAuto, kAvx512, kAvx2 };
 
-// threads <= 0: OMP_NUM_THREADS if set, else one per core. Throws hp::Error if `isa` is not
+// The thread count the CPU kernels use for `threads`: itself when > 0, else OMP_NUM_THREADS if
+// set, else the cores this process may run on (its affinity mask, as mpirun binds it).
+int cpu_threads(int threads);
+
+// threads <= 0: cpu_threads(threads). Throws hp::Error if `isa` is not
 // supported by this CPU.
 std::unique_ptr<Kernels<float>> make_cpu_kernels(int threads, CpuIsa isa);
 

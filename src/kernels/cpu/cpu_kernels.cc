@@ -53,14 +53,7 @@ struct Workspace {
   double rope_theta = 0;
 };
 
-int resolve_threads(int threads) {
-  if (threads > 0) return threads;
-  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
-    const int n = std::atoi(env);
-    if (n > 0) return n;
-  }
-  return std::max(1, omp_get_num_procs());
-}
+int resolve_threads(int threads) { return cpu_threads(threads); }
 
 class CpuKernels : public ReferenceKernels<float> {
  public:
@@ -325,6 +318,17 @@ std::unique_ptr<Kernels<float>> make_cpu_kernels(int threads) {
     else if (e != "auto") fail("HP_CPU_ISA={} is not one of avx2, avx512, auto", e);
   }
   return make_cpu_kernels(threads, isa);
+}
+
+int cpu_threads(int threads) {
+  if (threads > 0) return threads;
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+    const int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  // libgomp counts the cores this process may run on (its affinity mask: one under mpirun's
+  // default binding of one rank per core), not every core of the machine.
+  return std::max(1, omp_get_num_procs());
 }
 
 }  // namespace hp
