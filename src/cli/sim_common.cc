@@ -119,7 +119,8 @@ int resolve_layers(const ShapeFlags& f, const CostSetup& c) {
   return f.layers;
 }
 
-SimRun run_one(const ScheduleSpec& spec_in, const CostSetup& c, bool record_timeline) {
+SimRun run_one(const ScheduleSpec& spec_in, const CostSetup& c, bool record_timeline,
+               const std::vector<double>& stage_time_scale) {
   SimRun run;
   run.spec = spec_in;
   if (c.recompute) run.spec.recompute = c.recompute;
@@ -134,6 +135,7 @@ SimRun run_one(const ScheduleSpec& spec_in, const CostSetup& c, bool record_time
   opt.record_timeline = record_timeline;
   opt.model = cfg;
   opt.tokens_per_microbatch = c.tokens_per_mb;
+  opt.stage_time_scale = stage_time_scale;
   run.result = simulate(run.schedule, c.cost, opt);
   if (cfg) {
     auto peaks = stash_peaks(run.schedule, *cfg, c.tokens_per_mb, c.bytes_per_elem);

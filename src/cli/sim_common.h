@@ -79,7 +79,9 @@ struct SimRun {
 };
 // Generates, lowers (message sizes from the model when known), simulates and fills the per-stage
 // peak activation bytes. Throws hp::Error from the generator when the shape is invalid.
-SimRun run_one(const ScheduleSpec& spec, const CostSetup& c, bool record_timeline);
+// `stage_time_scale`: per-stage compute multipliers (SimOptions::stage_time_scale).
+SimRun run_one(const ScheduleSpec& spec, const CostSetup& c, bool record_timeline,
+               const std::vector<double>& stage_time_scale = {});
 
 // "12.3 GiB", "512 MiB", "0 B".
 std::string human_bytes(double bytes);

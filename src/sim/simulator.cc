@@ -31,6 +31,10 @@ SimResult simulate(const Schedule& sched, const CostModel& cost, const SimOption
   HP_CHECK(p >= 1 && static_cast<int>(sched.stages.size()) == p,
            "simulate: schedule '{}' says {} stages but has {}", sched.name, p, sched.stages.size());
   HP_CHECK(opt.message_bytes_scale >= 0, "simulate: message_bytes_scale must be >= 0");
+  HP_CHECK(opt.stage_time_scale.empty() || static_cast<int>(opt.stage_time_scale.size()) == p,
+           "simulate: stage_time_scale has {} entries for {} stages", opt.stage_time_scale.size(), p);
+  for (double x : opt.stage_time_scale)
+    HP_CHECK(x > 0, "simulate: stage_time_scale entries must be > 0 (got {})", x);
   bool lowered = sched.is_lowered();
   HP_CHECK(lowered || p == 1,
            "simulate: schedule '{}' has {} stages but no communication ops; lower() it first",
@@ -188,6 +192,7 @@ SimResult simulate(const Schedule& sched, const CostModel& cost, const SimOption
         if (op.kind == OpKind::kCompute) {
           const ComputeOp& c = st.ops[op.index];
           double d = cost.op_time(c, sched.recompute);
+          if (!opt.stage_time_scale.empty()) d *= opt.stage_time_scale[static_cast<size_t>(s)];
           total_flops += cost.op_flops(c);
           if (opt.record_timeline) {
             TimelineEvent e;

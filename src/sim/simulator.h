@@ -36,6 +36,9 @@ struct SimOptions {
   // prediction for micro-batches of `tokens_per_microbatch` tokens (0 = the cost model's).
   const ModelConfig* model = nullptr;
   int64_t tokens_per_microbatch = 0;
+  // Compute times of stage s are multiplied by stage_time_scale[s] (empty: 1 everywhere), for
+  // stages whose devices run at different speeds (e.g. cores measured slower than the profile).
+  std::vector<double> stage_time_scale;
 };
 
 struct StageResult {

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -222,6 +223,54 @@ TEST_F(DistCliTest, BrokenScheduleFileRefusedBeforeAnyRankComputes) {
       << r.out;
   EXPECT_EQ(r.out.find("train (distributed)"), std::string::npos) << r.out;  // no step ran
   EXPECT_FALSE(fs::exists(path("log.jsonl")) && fs::file_size(path("log.jsonl")) > 0);
+}
+
+TEST_F(DistCliTest, ProfileAndBenchUnderMpirun) {
+  // profile: the link comes from an MPI ping-pong between the two ranks.
+  const RunResult prof = run(2, "profile --model=" + path("cfg.json") +
+                                    " --seq-len=32 --repeats=1 --format=json --out=" + path("c.json"));
+  ASSERT_EQ(prof.rc, 0) << prof.out;
+  const auto info = nlohmann::json::parse(prof.out.substr(prof.out.find('{')))["info"];
+  EXPECT_NE(info["link_source"].get<std::string>().find("MPI ping-pong"), std::string::npos)
+      << info.dump();
+  std::ifstream cf(path("c.json"));
+  const auto costs = nlohmann::json::parse(cf);
+  EXPECT_GT(costs["link"]["latency_s"].get<double>(), 0);
+  EXPECT_GT(costs["link"]["bandwidth_Bps"].get<double>(), 0);
+
+  // bench: one MPI process per stage; the stash prediction is exact, and the same bytes as the
+  // in-process ranks measure; the measured timeline holds both stages' events.
+  const std::string args = "bench --model=" + path("cfg.json") +
+                           " --seq-len=32 --microbatches=4 --part-costs=" + path("c.json");
+  const RunResult mpi = run(2, args + " --timeline=" + path("tl.svg") + " --timeline-label=1f1b" +
+                                   " --trace-dir=" + path("") + " --out=" + path("b_mpi.json"));
+  ASSERT_EQ(mpi.rc, 0) << mpi.out;
+  const RunResult local = run(0, args + " --stages=2 --out=" + path("b_local.json"));
+  ASSERT_EQ(local.rc, 0) << local.out;
+  std::ifstream fm(path("b_mpi.json")), fl(path("b_local.json"));
+  const auto jm = nlohmann::json::parse(fm), jl = nlohmann::json::parse(fl);
+  EXPECT_NE(jm["transport"].get<std::string>().find("MPI"), std::string::npos);
+  EXPECT_NE(jl["transport"].get<std::string>().find("LocalWorld"), std::string::npos);
+  ASSERT_EQ(jm["rows"].size(), 5u) << mpi.out;
+  ASSERT_EQ(jl["rows"].size(), 5u) << local.out;
+  for (size_t i = 0; i < 5; ++i) {
+    const auto& r = jm["rows"][i];
+    EXPECT_EQ(r["label"], jl["rows"][i]["label"]);
+    EXPECT_TRUE(r["stash_exact"].get<bool>()) << r.dump();
+    EXPECT_EQ(r["peak_stash_bytes"], jl["rows"][i]["peak_stash_bytes"]) << r["label"];
+    ASSERT_EQ(r["stages_measured"].size(), 2u);
+    for (const auto& st : r["stages_measured"]) EXPECT_GT(st["busy_s"].get<double>(), 0);
+  }
+  const auto tl = nlohmann::json::parse(std::ifstream(path("trace_1f1b.json")));
+  std::set<int> pids;
+  for (const auto& ev : tl["traceEvents"])
+    if (ev.value("ph", "") == "X") pids.insert(ev["pid"].get<int>());
+  EXPECT_EQ(pids.size(), 2u) << "the measured trace should hold both stages' events";
+
+  const RunResult wrong = run(2, args + " --stages=3");
+  EXPECT_NE(wrong.rc, 0);
+  EXPECT_NE(wrong.out.find("mpirun started 2 ranks but --stages is 3"), std::string::npos)
+      << wrong.out;
 }
 
 }  // namespace

@@ -50,11 +50,35 @@ TEST(EvidCli, ProfileThenBench) {
       EXPECT_GT(st["peak_bytes"].get<int64_t>(), 0);
       EXPECT_LE(st["busy_s"].get<double>(), st["total_s"].get<double>());
     }
-    ASSERT_EQ(r["predicted_peak_bytes"].size(), 2u);
+    // The validator's stash prediction is exact: equal bytes on every stage.
+    ASSERT_EQ(r["predicted_peak_stash_bytes"].size(), 2u);
+    EXPECT_EQ(r["predicted_peak_stash_bytes"], r["peak_stash_bytes"]) << r["label"];
+    EXPECT_TRUE(r["stash_exact"].get<bool>()) << r["label"];
   }
   EXPECT_EQ(j["rows"][0]["label"], "1f1b");
   EXPECT_DOUBLE_EQ(j["rows"][0]["vs_1f1b"].get<double>(), 1.0);
   EXPECT_NE(slurp(dir + "tl.svg").find("<svg"), std::string::npos);
+
+  // Two policies: the natural rows, then every schedule again with no-attn, except helix (whose
+  // natural policy is no-attn: not measured twice); each ratio is to the 1F1B of its own policy.
+  auto b2 = test::run_cli("bench --model=" + dir + "m.json --seq-len=64 --stages=2 --microbatches=4 "
+                          "--schedules=1f1b,helix2,zb1p --recompute=natural,no-attn --out=" + dir +
+                          "b2.json");
+  ASSERT_EQ(b2.code, 0) << b2.err << b2.out;
+  const auto j2 = nlohmann::json::parse(slurp(dir + "b2.json"));
+  ASSERT_EQ(j2["rows"].size(), 5u) << b2.out;
+  const char* want[][2] = {{"1f1b", "none"}, {"helix F=2", "no-attn"}, {"zb1p", "none"},
+                           {"1f1b", "no-attn"}, {"zb1p", "no-attn"}};
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(j2["rows"][i]["label"], want[i][0]);
+    EXPECT_EQ(j2["rows"][i]["recompute"], want[i][1]);
+  }
+  EXPECT_DOUBLE_EQ(j2["rows"][3]["vs_1f1b"].get<double>(), 1.0);
+  EXPECT_FALSE(j2.contains("predicted_step_s"));
+
+  auto unknown = test::run_cli("bench --model=" + dir + "m.json --seq-len=64 --schedules=1f1b,pipedream");
+  EXPECT_NE(unknown.code, 0);
+  EXPECT_NE(unknown.err.find("unknown schedule 'pipedream'"), std::string::npos) << unknown.err;
 
   auto bad = test::run_cli("bench --model=" + dir + "m.json --seq-len=64 --timeline=x.svg");
   EXPECT_NE(bad.code, 0);

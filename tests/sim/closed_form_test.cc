@@ -11,6 +11,7 @@
 #include "schedule/validate.h"
 #include "sim/memory.h"
 #include "sim/simulator.h"
+#include "util/error.h"
 
 namespace hp {
 namespace {
@@ -215,6 +216,37 @@ TEST(StashPeaks, AgreeWithTheValidatorsStashTrace) {
     }
   }
   EXPECT_EQ(checked, 5 * 3 * 2 * 6);
+}
+
+TEST(ClosedForm, StageTimeScaleStretchesOnlyThatStagesCompute) {
+  // GPipe on 2 stages, uniform costs, free links: makespan = (m + p - 1) * (t_F + t_B) per stage
+  // op. With stage 1 twice as slow, its ops take 2x and it becomes the bottleneck: the makespan is
+  // stage 0's first forward (1 unit) + stage 1's m forwards and m backwards (2x each) + stage 0's
+  // last backward.
+  CostModel c = free_links();
+  for (PartKind k : {PartKind::kPre, PartKind::kAttn, PartKind::kPost}) {
+    c.set_part_time(k, Dir::kF, 1.0);
+    c.set_part_time(k, Dir::kI, 1.0);
+    c.set_part_time(k, Dir::kW, 1.0);
+  }
+  const int m = 4, L = 2;
+  Schedule s = generate(spec("gpipe", 2, m, L));
+  lower(s);
+  SimOptions o;
+  o.record_timeline = false;
+  const SimResult plain = simulate(s, c, o);
+  o.stage_time_scale = {1.0, 2.0};
+  const SimResult slow = simulate(s, c, o);
+  // One layer (pre+attn+post) per stage: t_F = 3, t_B = I + W = 6.
+  const double tF = 3, tB = 6;
+  EXPECT_DOUBLE_EQ(plain.makespan, (m + 1) * (tF + tB));
+  EXPECT_DOUBLE_EQ(slow.makespan, tF + m * 2 * (tF + tB) + tB);
+  EXPECT_DOUBLE_EQ(slow.stages[0].busy, plain.stages[0].busy);
+  EXPECT_DOUBLE_EQ(slow.stages[1].busy, 2 * plain.stages[1].busy);
+  o.stage_time_scale = {1.0};
+  EXPECT_THROW(simulate(s, c, o), Error);
+  o.stage_time_scale = {1.0, 0.0};
+  EXPECT_THROW(simulate(s, c, o), Error);
 }
 
 }  // namespace
