@@ -182,9 +182,14 @@ A("- **measured**: `mpirun -np 2 helixpipe bench`, the trainer's own executor on
   "bubble = 1 - busy/total of the worse stage; comm wait = the longer time a stage sat blocked in "
   "a receive or send wait.")
 A("- **predicted**: `helixpipe simulate` on the part costs `helixpipe profile` measured at that s "
-  "(same model, same kernels, both ranks busy). Right before each run every rank times one pass of "
-  "the per-layer parts on its own core; *core* is that time over the profile's, and the prediction "
-  "scales each stage's compute by it. Nothing measured during the run itself enters the prediction.")
+  "(same model, same kernels, both ranks busy). " +
+  ("Right before and right after each run every rank times one pass of the per-layer parts on its "
+   "own core; *core* is the mean of those two times over the profile's"
+   if any("core_after" in r for r in bench.values()) else
+   "Right before each run every rank times one pass of the per-layer parts on its own core; *core* "
+   "is that time over the profile's") +
+  ", and the prediction scales each stage's compute by it. Nothing measured during the run itself "
+  "enters the prediction.")
 A("- **replay**: the simulator given each stage's *measured* compute time (busy). Its error is what "
   "the schedule, bubble and communication model alone get wrong, with the core-speed noise removed.")
 A("- **stash**: bytes of values kept for a backward, per stage; the validator predicts them and "

@@ -212,8 +212,9 @@ int cmd_bench(int argc, char** argv) {
   std::string trace_dir;
   bool calibrate_cores = true;
   app.add_flag("--calibrate,!--no-calibrate", calibrate_cores,
-               "with --part-costs: time the parts once on every rank first and scale each\n"
-               "stage's predicted compute by its core's speed now against the profile")
+               "with --part-costs: time the parts once on every rank before and after each run\n"
+               "and scale each stage's predicted compute by its core's mean speed then against\n"
+               "the profile")
       ->capture_default_str();
   app.add_option("--trace-dir", trace_dir,
                  "write each run's measured timeline here as a Chrome trace (Perfetto):\n"
@@ -305,25 +306,30 @@ int cmd_bench(int argc, char** argv) {
         lower(sch, &cfg, seq_len);
         const bool want_tl = !timeline_path.empty() && !timeline_written && v->label == timeline_label;
         const bool record = want_tl || !trace_dir.empty();
-        // Right before the run: each rank's core speed now against the profile (the cores of a
-        // shared machine change speed over minutes), as per-stage scales for the prediction.
-        std::vector<double> scale;
+        // Right before and right after the run: each rank's core speed against the profile (the
+        // cores of a shared machine change speed within minutes); their mean, per stage, scales
+        // the prediction.
+        std::vector<double> before, after;
         Measured m;
+        auto run_on = [&](Comm& c) {
+          std::vector<double> f0, f1;
+          if (cost && calibrate_cores) f0 = calibrate(c, setup, cost->cost);
+          Measured mine = measure(c, sch, setup, record);
+          if (cost && calibrate_cores) f1 = calibrate(c, setup, cost->cost);
+          if (c.rank() == 0) {
+            m = std::move(mine);
+            before = std::move(f0);
+            after = std::move(f1);
+          }
+        };
         if (world) {
-          if (cost && calibrate_cores) scale = calibrate(*world, setup, cost->cost);
-          m = measure(*world, sch, setup, record);
+          run_on(*world);
         } else {
           LocalWorld lw(stages, CommOptions{600, false});
-          lw.run([&](Comm& c) {
-            std::vector<double> f;
-            if (cost && calibrate_cores) f = calibrate(c, setup, cost->cost);
-            Measured mine = measure(c, sch, setup, record);
-            if (c.rank() == 0) {
-              m = std::move(mine);
-              scale = std::move(f);
-            }
-          });
+          lw.run(run_on);
         }
+        std::vector<double> scale;
+        for (size_t q = 0; q < before.size(); ++q) scale.push_back(0.5 * (before[q] + after[q]));
         if (!root) continue;
         if (!trace_dir.empty()) {
           Timeline tl = m.timeline;
@@ -382,6 +388,8 @@ int cmd_bench(int argc, char** argv) {
           }
           row["predicted_busy_s"] = pbusy;
           row["stage_time_scale"] = scale;
+          row["core_before"] = before;
+          row["core_after"] = after;
           // Replay: the simulator given each stage's measured compute time (busy), so that what
           // is left of the error is the schedule, bubble and communication model alone.
           std::vector<double> replay_scale;
@@ -424,7 +432,7 @@ int cmd_bench(int argc, char** argv) {
     }
     if (root && cost)
       fmt::print("predicted: the simulator on the part costs, each stage's compute scaled by 'core'\n"
-                 "  (its core's part time just before the run / the profile's); replay: the simulator\n"
+                 "  (its core's part time just before and after the run / the profile's); replay: the simulator\n"
                  "  given each stage's measured compute time, so its error is the schedule, bubble\n"
                  "  and communication model alone. stash pred '=': equal to the measured bytes.\n");
     if (root && !out_path.empty()) {

@@ -54,6 +54,15 @@ TEST(EvidCli, ProfileThenBench) {
     ASSERT_EQ(r["predicted_peak_stash_bytes"].size(), 2u);
     EXPECT_EQ(r["predicted_peak_stash_bytes"], r["peak_stash_bytes"]) << r["label"];
     EXPECT_TRUE(r["stash_exact"].get<bool>()) << r["label"];
+    // Core speed calibrated on both ranks before and after the run; the prediction uses the mean.
+    ASSERT_EQ(r["core_before"].size(), 2u);
+    ASSERT_EQ(r["core_after"].size(), 2u);
+    for (size_t q = 0; q < 2; ++q) {
+      EXPECT_GT(r["core_before"][q].get<double>(), 0);
+      EXPECT_DOUBLE_EQ(r["stage_time_scale"][q].get<double>(),
+                       0.5 * (r["core_before"][q].get<double>() + r["core_after"][q].get<double>()));
+    }
+    EXPECT_GT(r["replay_step_s"].get<double>(), 0);
   }
   EXPECT_EQ(j["rows"][0]["label"], "1f1b");
   EXPECT_DOUBLE_EQ(j["rows"][0]["vs_1f1b"].get<double>(), 1.0);

@@ -23,6 +23,17 @@ CostModel free_links() {
   return c;
 }
 
+// Free links; pre, attn and post each cost f, i, w for F, I, W.
+CostModel uniform_layers(double f, double i, double w) {
+  CostModel c = free_links();
+  for (PartKind k : {PartKind::kPre, PartKind::kAttn, PartKind::kPost}) {
+    c.set_part_time(k, Dir::kF, f);
+    c.set_part_time(k, Dir::kI, i);
+    c.set_part_time(k, Dir::kW, w);
+  }
+  return c;
+}
+
 SimResult run(const ScheduleSpec& spec, const CostModel& c) {
   Schedule s = generate(spec);
   lower(s);
@@ -43,12 +54,7 @@ ScheduleSpec spec(const char* name, int p, int m, int L, int F = 1) {
 
 TEST(ClosedForm, OneFOneBAndGPipeBubbleFraction) {
   // Uniform layers: every part costs something, so a stage's op costs (L/p) layers' worth.
-  CostModel c = free_links();
-  for (PartKind k : {PartKind::kPre, PartKind::kAttn, PartKind::kPost}) {
-    c.set_part_time(k, Dir::kF, 1.0);
-    c.set_part_time(k, Dir::kI, 1.5);
-    c.set_part_time(k, Dir::kW, 0.5);
-  }
+  const CostModel c = uniform_layers(1.0, 1.5, 0.5);
   int checked = 0;
   for (const char* name : {"1f1b", "gpipe"}) {
     for (int p : {1, 2, 3, 4, 8}) {
@@ -223,12 +229,7 @@ TEST(ClosedForm, StageTimeScaleStretchesOnlyThatStagesCompute) {
   // op. With stage 1 twice as slow, its ops take 2x and it becomes the bottleneck: the makespan is
   // stage 0's first forward (1 unit) + stage 1's m forwards and m backwards (2x each) + stage 0's
   // last backward.
-  CostModel c = free_links();
-  for (PartKind k : {PartKind::kPre, PartKind::kAttn, PartKind::kPost}) {
-    c.set_part_time(k, Dir::kF, 1.0);
-    c.set_part_time(k, Dir::kI, 1.0);
-    c.set_part_time(k, Dir::kW, 1.0);
-  }
+  const CostModel c = uniform_layers(1.0, 1.0, 1.0);
   const int m = 4, L = 2;
   Schedule s = generate(spec("gpipe", 2, m, L));
   lower(s);
