@@ -139,6 +139,7 @@ std::vector<double> calibrate(Comm& world, const BenchSetup& b, const CostModel&
   po.warmup = 1;
   po.repeats = 1;
   po.layers = 1;
+  po.measure_attn_recompute = false;  // only F, I and W enter the factor
   po.link_latency_s = 0;  // not measured here
   po.link_bandwidth_Bps = 1;
   const PartProfile pp = profile_parts(b.cfg, po);

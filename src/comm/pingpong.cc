@@ -1,18 +1,14 @@
 #include "comm/pingpong.h"
 
 #include <algorithm>
-#include <chrono>
 #include <vector>
 
 #include "util/error.h"
+#include "util/timer.h"
 
 namespace hp {
 
 namespace {
-
-double seconds_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Median round trip of `repeats` bounces of `bytes` bytes between ranks 0 and 1 (rank 0 times).
 double round_trip(Comm& comm, std::vector<char>& buf, int64_t bytes, int repeats, int tag) {
@@ -21,7 +17,7 @@ double round_trip(Comm& comm, std::vector<char>& buf, int64_t bytes, int repeats
   const int warmup = 3;
   std::vector<double> t;
   for (int r = 0; r < warmup + repeats; ++r) {
-    const double t0 = seconds_now();
+    const double t0 = now_seconds();
     if (me == 0) {
       Request s = comm.isend(buf.data(), bytes, peer, tag);
       Request q = comm.irecv(buf.data() + bytes, bytes, peer, tag);
@@ -33,7 +29,7 @@ double round_trip(Comm& comm, std::vector<char>& buf, int64_t bytes, int repeats
       Request s = comm.isend(buf.data(), bytes, peer, tag);
       comm.wait(s, "ping-pong reply to rank 0");
     }
-    if (r >= warmup) t.push_back(seconds_now() - t0);
+    if (r >= warmup) t.push_back(now_seconds() - t0);
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];

@@ -141,6 +141,7 @@ PartProfile profile_parts(const ModelConfig& cfg_in, const ProfileOptions& opt) 
         const double count = (k == 0 || k == 4) ? 1.0 : static_cast<double>(opt.layers);
         for (int d = 0; d < 3; ++d) samples[k][d].push_back(acc[k][d] / count);
       }
+    if (!opt.measure_attn_recompute) continue;
     one_pass(model, parts, Recompute::kNoAttn, opt.transfer, store, b, profile_clock(opt.threads), acc);
     if (r >= opt.warmup)
       attn_extra.push_back((acc[static_cast<int>(PartKind::kAttn)][1] - attn_i_none) / opt.layers);
@@ -155,7 +156,7 @@ PartProfile profile_parts(const ModelConfig& cfg_in, const ProfileOptions& opt) 
       out.spread[k][d] = out.time[k][d] > 0 ? (*hi - *lo) / out.time[k][d] : 0;
     }
   // A negative difference is timing noise: the recompute is cheaper than the noise, call it 0.
-  out.attn_recompute_f = std::max(0.0, median(attn_extra));
+  out.attn_recompute_f = attn_extra.empty() ? 0.0 : std::max(0.0, median(attn_extra));
 
   out.message_bytes = n * cfg.hidden * 4;
   if (opt.link_latency_s >= 0 && opt.link_bandwidth_Bps > 0) {

@@ -25,6 +25,9 @@ struct ProfileOptions {
                            // them); the cost of one part does not depend on the model's depth
   TransferMode transfer = TransferMode::kWeights;
   uint64_t seed = 1;
+  // Also run each pass again under no-attn to measure attention's QKV recompute
+  // (attn_recompute_f; 0 when off).
+  bool measure_attn_recompute = true;
   // Link: measured with an in-process memcpy of one activation message unless given (> 0).
   double link_latency_s = -1;
   double link_bandwidth_Bps = -1;

@@ -12,14 +12,6 @@ inline double now_seconds() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
-// CPU seconds used by this process (all its threads). For one-thread measurements on a shared
-// machine: other processes competing for the cores do not inflate it, as they do wall time.
-inline double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 // CPU seconds used by the calling thread. For work that runs entirely on the caller (kernels at
 // one thread): neither other processes nor other threads of this process (ranks run as threads,
 // MPI's own threads) count.
