@@ -3,6 +3,7 @@
 // (watchdog timeout, a failing rank, unmatched or mis-sized messages).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -336,7 +337,10 @@ TEST(LocalComm, PingPongGivesEveryRankRankZerosLinkFigures) {
   for (const LinkEstimate& e : got) {
     EXPECT_GT(e.latency_s, 0);
     EXPECT_GT(e.bandwidth_Bps, 0);
-    EXPECT_GE(e.big_one_way_s, e.latency_s);
+    // Two medians of a loaded machine need not be ordered; the bandwidth is their stated formula.
+    EXPECT_GT(e.big_one_way_s, 0);
+    EXPECT_DOUBLE_EQ(e.bandwidth_Bps,
+                     static_cast<double>(1 << 20) / std::max(e.big_one_way_s - e.latency_s, 1e-9));
     EXPECT_EQ(e.bytes, 1 << 20);
     EXPECT_EQ(e.latency_s, got[0].latency_s);  // the all-reduce hands out rank 0's figures
     EXPECT_EQ(e.bandwidth_Bps, got[0].bandwidth_Bps);
