@@ -61,7 +61,7 @@ std::vector<float> randn(size_t n, unsigned seed) {
   return v;
 }
 
-double sgemm_gflops(hp::Kernels<float>& k, int64_t M, int64_t N, int64_t K, double min_s) {
+double sgemm_gflops(hp::KernelsT<float>& k, int64_t M, int64_t N, int64_t K, double min_s) {
   const auto a = randn(M * K, 1), b = randn(K * N, 2);
   std::vector<float> c(M * N);
   const double t = best_seconds(
@@ -74,7 +74,7 @@ struct AttnRate {
   double fwd, bwd;
 };
 
-AttnRate attention_gflops(hp::Kernels<float>& k, int64_t seq, int64_t heads, int64_t d,
+AttnRate attention_gflops(hp::KernelsT<float>& k, int64_t seq, int64_t heads, int64_t d,
                           double min_s) {
   hp::AttnShape s;
   s.batch = 1;
@@ -102,11 +102,11 @@ AttnRate attention_gflops(hp::Kernels<float>& k, int64_t seq, int64_t heads, int
 
 // Row/elementwise kernels: GB/s of compulsory traffic, and the speedup over the reference
 // backend (plain loops) on the same data, both timed in this run.
-void elementwise_rows(hp::Kernels<float>& k, hp::Kernels<float>& ref, double min_s) {
+void elementwise_rows(hp::KernelsT<float>& k, hp::KernelsT<float>& ref, double min_s) {
   struct Case {
     const char* name;
     double bytes;
-    std::function<void(hp::Kernels<float>&)> run;
+    std::function<void(hp::KernelsT<float>&)> run;
   };
   const int64_t T = 4096, h = 256, f = 1024, rows_ce = 512, vocab = 32000;
   auto x = randn(T * h, 5), g = randn(h, 6), y = std::vector<float>(T * h), rs = std::vector<float>(T);
@@ -119,19 +119,19 @@ void elementwise_rows(hp::Kernels<float>& k, hp::Kernels<float>& ref, double min
   const double fl = sizeof(float);
   const std::vector<Case> cases = {
       {"rmsnorm fwd 4096x256", 2.0 * T * h * fl,
-       [&](hp::Kernels<float>& kk) { kk.rmsnorm_forward(y.data(), rs.data(), x.data(), g.data(), T, h, 1e-5); }},
+       [&](hp::KernelsT<float>& kk) { kk.rmsnorm_forward(y.data(), rs.data(), x.data(), g.data(), T, h, 1e-5); }},
       {"rmsnorm bwd 4096x256", 3.0 * T * h * fl,
-       [&](hp::Kernels<float>& kk) {
+       [&](hp::KernelsT<float>& kk) {
          kk.rmsnorm_backward(dx.data(), dg.data(), dy.data(), x.data(), g.data(), rs.data(), T, h, false);
        }},
       {"swiglu fwd 4096x1024", 3.0 * T * f * fl,
-       [&](hp::Kernels<float>& kk) { kk.swiglu_forward(hh.data(), gg.data(), uu.data(), T * f); }},
+       [&](hp::KernelsT<float>& kk) { kk.swiglu_forward(hh.data(), gg.data(), uu.data(), T * f); }},
       {"xent fwd 512x32000", 1.0 * rows_ce * vocab * fl,
-       [&](hp::Kernels<float>& kk) {
+       [&](hp::KernelsT<float>& kk) {
          kk.cross_entropy_forward(logits.data(), vocab, tgt.data(), rows_ce, vocab, lse.data());
        }},
       {"xent bwd 512x32000", 2.0 * rows_ce * vocab * fl,
-       [&](hp::Kernels<float>& kk) {
+       [&](hp::KernelsT<float>& kk) {
          kk.cross_entropy_backward(dl.data(), logits.data(), vocab, lse.data(), tgt.data(), rows_ce,
                                    vocab, 1.0f);
        }},

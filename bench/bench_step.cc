@@ -43,7 +43,7 @@ double peak_rss_mb() {
   return ru.ru_maxrss / 1024.0;
 }
 
-double sgemm_gflops(hp::Kernels<float>& k, int64_t n) {
+double sgemm_gflops(hp::KernelsT<float>& k, int64_t n) {
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
   auto once = [&] { k.gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); };
   once();

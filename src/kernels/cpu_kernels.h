@@ -1,5 +1,5 @@
 // CPU backend specifics: which SIMD code path to run and which OpenBLAS core is doing the GEMMs.
-// The backend itself is reached through Kernels<float> (kernels.h).
+// The backend itself is reached through KernelsT<float> (kernels.h).
 #pragma once
 
 #include <memory>
@@ -18,7 +18,7 @@ int cpu_threads(int threads);
 
 // threads <= 0: cpu_threads(threads). Throws hp::Error if `isa` is not
 // supported by this CPU.
-std::unique_ptr<Kernels<float>> make_cpu_kernels(int threads, CpuIsa isa);
+std::unique_ptr<KernelsT<float>> make_cpu_kernels(int threads, CpuIsa isa);
 
 // True when this CPU can run `isa` (kAuto: always).
 bool cpu_supports(CpuIsa isa);

@@ -49,7 +49,7 @@ std::vector<PartContext> local_contexts(const ComputeOp& op, Recompute policy,
 template <typename T>
 struct ModelT<T>::Impl {
   const ModelConfig& cfg;
-  Kernels<T>& k;
+  KernelsT<T>& k;
   ParamsT<T>& P;
   const ModelOptions& opt;
   const int L;
@@ -69,7 +69,7 @@ struct ModelT<T>::Impl {
   T* logits_out = nullptr;
   bool last_only = false;
 
-  Impl(const ModelConfig& c, Kernels<T>& kk, ParamsT<T>& p, const ModelOptions& o)
+  Impl(const ModelConfig& c, KernelsT<T>& kk, ParamsT<T>& p, const ModelOptions& o)
       : cfg(c), k(kk), P(p), opt(o), L(static_cast<int>(c.layers)), h(c.hidden), kv(c.kv_dim()),
         q(c.qkv_dim()), f(c.intermediate), V(c.vocab), heads(c.heads), kv_heads(c.kv_heads),
         hd(c.head_dim()) {}
@@ -579,7 +579,7 @@ struct ModelT<T>::Impl {
 };
 
 template <typename T>
-ModelT<T>::ModelT(const ModelConfig& cfg, Kernels<T>& kernels, ParamsT<T>& params, ModelOptions opt)
+ModelT<T>::ModelT(const ModelConfig& cfg, KernelsT<T>& kernels, ParamsT<T>& params, ModelOptions opt)
     : cfg_(cfg), kernels_(kernels), params_(params), opt_(opt) {
   cfg_.validate();
   HP_CHECK(opt_.mlp_chunk >= 0 && opt_.head_chunk >= 0,

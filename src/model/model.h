@@ -52,7 +52,7 @@ template <typename T>
 class ModelT {
  public:
   // Keeps references to kernels and params (both must outlive the model).
-  ModelT(const ModelConfig& cfg, Kernels<T>& kernels, ParamsT<T>& params, ModelOptions opt = {});
+  ModelT(const ModelConfig& cfg, KernelsT<T>& kernels, ParamsT<T>& params, ModelOptions opt = {});
   ~ModelT();
 
   // Runs one compute op for micro-batch op.mb; ctx[i] describes op.parts[i].
@@ -72,7 +72,7 @@ class ModelT {
 
   const ModelConfig& config() const { return cfg_; }
   ParamsT<T>& params() { return params_; }
-  Kernels<T>& kernels() { return kernels_; }
+  KernelsT<T>& kernels() { return kernels_; }
   const ModelOptions& options() const { return opt_; }
   // Bytes of transient workspace (not values) reserved so far; it only grows, to the largest op.
   int64_t workspace_bytes() const;
@@ -83,7 +83,7 @@ class ModelT {
  private:
   struct Impl;
   const ModelConfig cfg_;
-  Kernels<T>& kernels_;
+  KernelsT<T>& kernels_;
   ParamsT<T>& params_;
   ModelOptions opt_;
   std::unique_ptr<Impl> impl_;

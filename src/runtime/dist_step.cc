@@ -35,7 +35,7 @@ std::vector<Part> stage_parts(const Schedule& sch, int stage) {
 }
 
 DistStage::DistStage(const Schedule& sch, GridComms& grid, const ModelConfig& cfg,
-                     Kernels<float>& kernels, int64_t microbatch_size, int64_t seq_len,
+                     KernelsT<float>& kernels, int64_t microbatch_size, int64_t seq_len,
                      ModelOptions model_opt)
     : sch_(sch), grid_(grid), cfg_(cfg), b_(microbatch_size), s_(seq_len) {
   if (!grid.pipeline || !grid.data) throw Error("DistStage: the grid comms are not set up");

@@ -39,7 +39,7 @@ class DistStage {
  public:
   // `sch` must be lowered for (cfg, B*S) and have grid.pipeline->size() stages. The stage's
   // parameters are allocated here (uninitialised; load or init them through params()).
-  DistStage(const Schedule& sch, GridComms& grid, const ModelConfig& cfg, Kernels<float>& kernels,
+  DistStage(const Schedule& sch, GridComms& grid, const ModelConfig& cfg, KernelsT<float>& kernels,
             int64_t microbatch_size, int64_t seq_len, ModelOptions model_opt = {});
 
   // Zeroes the gradients, runs the step over this replica's M micro-batches (tokens/targets laid

@@ -72,7 +72,7 @@ void read_step_batch(const SequenceReader& reader, int64_t first, const StepShap
   reader.read(first, shape.sequences(), wrap, tokens.data(), targets.data());
 }
 
-Trainer::Trainer(const ModelConfig& cfg, Kernels<float>& kernels, Params& params,
+Trainer::Trainer(const ModelConfig& cfg, KernelsT<float>& kernels, Params& params,
                  ModelOptions model_opt, StepShape shape, TrainState state)
     : cfg_(cfg),
       params_(params),

@@ -63,7 +63,7 @@ class Trainer {
  public:
   // `params` must hold the whole model (Params::all_parts). The state carries the LR schedule,
   // AdamW settings, clip, the data position and history (fresh or from a checkpoint).
-  Trainer(const ModelConfig& cfg, Kernels<float>& kernels, Params& params, ModelOptions model_opt,
+  Trainer(const ModelConfig& cfg, KernelsT<float>& kernels, Params& params, ModelOptions model_opt,
           StepShape shape, TrainState state);
 
   // Loads optimizer moments and step count from a checkpoint's optimizer.safetensors.

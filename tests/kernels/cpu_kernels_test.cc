@@ -61,15 +61,15 @@ std::vector<CpuIsa> isas() {
 
 class CpuKernelsTest : public ::testing::TestWithParam<CpuIsa> {
  protected:
-  std::unique_ptr<Kernels<float>> k1_ = make_cpu_kernels(1, GetParam());
-  std::unique_ptr<Kernels<float>> k2_ = make_cpu_kernels(2, GetParam());
-  std::unique_ptr<Kernels<double>> ref_ = make_reference_kernels<double>();
+  std::unique_ptr<KernelsT<float>> k1_ = make_cpu_kernels(1, GetParam());
+  std::unique_ptr<KernelsT<float>> k2_ = make_cpu_kernels(2, GetParam());
+  std::unique_ptr<KernelsT<double>> ref_ = make_reference_kernels<double>();
 };
 
 // One attention case: q/k/v interleaved in one QKV row as in the model (plus padding), o with its
 // own padded stride. Checks forward (o, lse) and backward (dq, dk, dv) against the double
 // reference and that 1 and 2 threads give bit-identical results.
-void check_attention(Kernels<float>& k1, Kernels<float>& k2, Kernels<double>& ref, int64_t batch,
+void check_attention(KernelsT<float>& k1, KernelsT<float>& k2, KernelsT<double>& ref, int64_t batch,
                      int64_t seq, int64_t heads, int64_t kv_heads, int64_t d, float q_amp = 1.0f) {
   SCOPED_TRACE(::testing::Message() << "batch=" << batch << " seq=" << seq << " heads=" << heads
                                     << " kv_heads=" << kv_heads << " d=" << d);

@@ -52,7 +52,7 @@ void expect_grad(Vec& x, const std::function<double()>& loss, const Vec& grad, c
 
 class ReferenceGrad : public ::testing::Test {
  protected:
-  std::unique_ptr<Kernels<double>> k_ = make_reference_kernels<double>();
+  std::unique_ptr<KernelsT<double>> k_ = make_reference_kernels<double>();
 };
 
 TEST_F(ReferenceGrad, GemmAllTransposesMatchHandResult) {

@@ -73,7 +73,7 @@ double rel_err(const T* got, const std::vector<float>& want) {
 }
 
 template <typename T>
-void check(const Fixture& f, Kernels<T>& kern, StepOptions so, int64_t mlp_chunk, double tol) {
+void check(const Fixture& f, KernelsT<T>& kern, StepOptions so, int64_t mlp_chunk, double tol) {
   ParamsT<T> params(f.cfg, ParamsT<T>::all_parts(f.cfg));
   ASSERT_EQ(params.tensors().size() * 2, f.tensors.size());
   for (const ParamTensor& t : params.tensors()) {

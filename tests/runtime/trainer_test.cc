@@ -59,7 +59,7 @@ class TrainerTest : public ::testing::Test {
   }
 
   fs::path dir_;
-  std::unique_ptr<Kernels<float>> kernels_;
+  std::unique_ptr<KernelsT<float>> kernels_;
 };
 
 TEST_F(TrainerTest, OneStepMatchesHandReference) {

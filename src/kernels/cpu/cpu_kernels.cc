@@ -299,7 +299,7 @@ std::string blas_core_name() {
   return n ? std::string(n) : std::string("unknown");
 }
 
-std::unique_ptr<Kernels<float>> make_cpu_kernels(int threads, CpuIsa isa) {
+std::unique_ptr<KernelsT<float>> make_cpu_kernels(int threads, CpuIsa isa) {
   if (isa == CpuIsa::kAuto) isa = cpu_best_isa();
   HP_CHECK(cpu_supports(isa), "make_cpu_kernels: this CPU does not support {}; use CpuIsa::kAuto",
            cpu_isa_name(isa));
@@ -309,7 +309,7 @@ std::unique_ptr<Kernels<float>> make_cpu_kernels(int threads, CpuIsa isa) {
 }
 
 // HP_CPU_ISA=avx2|avx512 forces the path kAuto takes (tests and benchmarks of the fallback).
-std::unique_ptr<Kernels<float>> make_cpu_kernels(int threads) {
+std::unique_ptr<KernelsT<float>> make_cpu_kernels(int threads) {
   CpuIsa isa = CpuIsa::kAuto;
   if (const char* env = std::getenv("HP_CPU_ISA"); env && *env) {
     const std::string e(env);

@@ -4,7 +4,7 @@
 
 namespace hp {
 
-template std::unique_ptr<Kernels<float>> make_reference_kernels<float>();
-template std::unique_ptr<Kernels<double>> make_reference_kernels<double>();
+template std::unique_ptr<KernelsT<float>> make_reference_kernels<float>();
+template std::unique_ptr<KernelsT<double>> make_reference_kernels<double>();
 
 }  // namespace hp

@@ -1,4 +1,4 @@
-// The reference backend: every Kernels<T> method as plain loops over any number type (float for
+// The reference backend: every KernelsT<T> method as plain loops over any number type (float for
 // comparisons, double for finite-difference gradient checks). Obviously correct beats fast here;
 // the attention is the textbook softmax(q k^T / sqrt(d)) v, one query row at a time.
 #pragma once
@@ -18,7 +18,7 @@
 namespace hp {
 
 template <typename T>
-class ReferenceKernels : public Kernels<T> {
+class ReferenceKernels : public KernelsT<T> {
  public:
   std::string name() const override { return "reference"; }
 
@@ -289,7 +289,7 @@ class ReferenceKernels : public Kernels<T> {
 };
 
 template <typename T>
-std::unique_ptr<Kernels<T>> make_reference_kernels() {
+std::unique_ptr<KernelsT<T>> make_reference_kernels() {
   return std::make_unique<ReferenceKernels<T>>();
 }
 
