@@ -239,12 +239,13 @@ void sum_squares_blocks(const float* x, int64_t n, double* partial, int threads)
 }
 
 void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
-           float beta2, float eps, float decay, float step_size, float sqrt_bc2, int threads) {
+           float beta2, float eps, float decay, float step_size, float sqrt_bc2, float grad_scale,
+           int threads) {
   chunked(n, kChunk, threads, [&](int64_t i0, int64_t i1) {
     const float om1 = 1.0f - beta1, om2 = 1.0f - beta2;
 #pragma omp simd
     for (int64_t i = i0; i < i1; ++i) {
-      const float gi = grad[i];
+      const float gi = grad[i] * grad_scale;
       const float mi = beta1 * m[i] + om1 * gi;
       const float vi = beta2 * v[i] + om2 * gi * gi;
       m[i] = mi;
