@@ -169,11 +169,7 @@ void Params::init(uint64_t seed) {
     Rng rng(seed * 0x9E3779B97F4A7C15ull ^ name_hash(t.name));
     for (int64_t i = 0; i < t.numel; ++i) p[i] = 0.02 * rng.normal();
   }
-  if (prec_.master == DType::kF64) {
-    set_values(host);
-  } else {
-    set_values(std::vector<float>(host.begin(), host.end()));
-  }
+  set_values(host);
 }
 
 void Params::zero_grad() {
@@ -194,11 +190,7 @@ int Params::copy_from(const Params& other) {
     std::copy(src.begin() + o->offset, src.begin() + o->offset + t.numel, dst.begin() + t.offset);
     ++n;
   }
-  if (prec_.master == DType::kF64) {
-    set_values(dst);
-  } else {
-    set_values(std::vector<float>(dst.begin(), dst.end()));
-  }
+  set_values(dst);
   return n;
 }
 

@@ -87,8 +87,8 @@ class Params {
   // types, through the host); returns how many were copied.
   int copy_from(const Params& other);
 
-  // Host copies of a whole arena as T (the master type, or double for any master type), and the
-  // master weights from the host (T must be the master type); set_values refreshes the copy.
+  // Host copies of a whole arena as T (the master type, or double for any master type), and an
+  // arena from the host (T the master type, or double: converted); set_values refreshes the copy.
   template <typename T>
   std::vector<T> host_values() const {
     return to_host<T>(data_);
@@ -98,12 +98,21 @@ class Params {
     return to_host<T>(grad_);
   }
   template <typename T>
-  void set_values(const std::vector<T>& host);
+  void set_values(const std::vector<T>& host) {
+    from_host(data_, host);
+    refresh_weight_copy();
+  }
+  template <typename T>
+  void set_grads(const std::vector<T>& host) {
+    from_host(grad_, host);
+  }
 
  private:
   int64_t slot_offset(Slot s, int layer) const;
   template <typename T>
   std::vector<T> to_host(const Buffer& b) const;
+  template <typename T>
+  void from_host(Buffer& b, const std::vector<T>& host);
 
   ModelConfig cfg_;
   Backend* be_;
@@ -133,12 +142,19 @@ std::vector<T> Params::to_host(const Buffer& b) const {
 }
 
 template <typename T>
-void Params::set_values(const std::vector<T>& host) {
-  HP_CHECK(static_cast<int64_t>(host.size()) == size_ && data_.dtype() == dtype_of<T>(),
-           "Params::set_values: {} {} values for an arena of {} {} values", host.size(),
-           dtype_name(dtype_of<T>()), size_, dtype_name(data_.dtype()));
-  if (size_ > 0) be_->upload(data_.data(), host.data(), data_.bytes());
-  refresh_weight_copy();
+void Params::from_host(Buffer& b, const std::vector<T>& host) {
+  HP_CHECK(static_cast<int64_t>(host.size()) == size_,
+           "Params: {} host values for an arena of {}", host.size(), size_);
+  if (size_ == 0) return;
+  if (b.dtype() == dtype_of<T>()) {
+    be_->upload(b.data(), host.data(), b.bytes());
+    return;
+  }
+  HP_CHECK((std::is_same_v<T, double>) && b.dtype() == DType::kF32,
+           "Params: the arena holds {} values, given {}", dtype_name(b.dtype()),
+           dtype_name(dtype_of<T>()));
+  const std::vector<float> f(host.begin(), host.end());
+  be_->upload(b.data(), f.data(), b.bytes());
 }
 
 }  // namespace hp
