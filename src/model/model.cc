@@ -52,7 +52,7 @@ namespace {
 
 // Grow-only backend buffers for the temporaries of the parts, one per use.
 enum class Ws : uint8_t { kQkvr, kDqkv, kG, kU, kH, kDh, kDg, kDu, kDz, kZf, kLogits, kDzf, kRstd,
-                          kDw, kCount };
+                          kDw, kLoss, kCount };
 
 class Workspace {
  public:
@@ -183,10 +183,12 @@ struct Model::Impl {
     post_forward(be, d, post_weights(l), t, post_ws());
   }
 
-  void head_fwd() {
+  // A recomputation (an op's backward) writes lsece again but its loss goes to a scratch slot:
+  // only the F op's counts.
+  void head_fwd(bool recompute) {
     const int64_t T = d.tokens;
     DataPtr loss;
-    if (batch->targets) loss = next_loss_slot();
+    if (batch->targets) loss = recompute ? ws.get(Ws::kLoss, DType::kF64, 1) : next_loss_slot();
     head_forward(be, d, head_weights(), in(val(ValueKind::kX, L + 1)), out(val(ValueKind::kRstdF)),
                  work(Ws::kZf, T * d.hidden), batch->targets,
                  batch->targets ? out(val(ValueKind::kLseCE)) : DataPtr(), loss,
@@ -211,7 +213,7 @@ struct Model::Impl {
       case PartKind::kPre: pre_fwd(p.layer, c); return;
       case PartKind::kAttn: attn_fwd(p.layer, c, recompute); return;
       case PartKind::kPost: post_fwd(p.layer, c, recompute, need_output, keep_gu); return;
-      case PartKind::kHead: head_fwd(); return;
+      case PartKind::kHead: head_fwd(recompute); return;
     }
   }
 
