@@ -345,6 +345,9 @@ double CpuKernels::sum_squares(ConstDataPtr x, int64_t n) {
   return total;
 }
 
+// In double, the reference's formula element by element. This file is built for the baseline ISA,
+// which has no FMA, so the compiler cannot contract a product and a sum into one rounding: the
+// results are bitwise the reference's, for every vector width and thread count.
 void CpuKernels::adamw(DataPtr param, ConstDataPtr grad, DataPtr m, DataPtr v, int64_t n,
                        double lr, double beta1, double beta2, double eps, double weight_decay,
                        int64_t step, double grad_scale, DataPtr weight_copy) {
@@ -352,11 +355,31 @@ void CpuKernels::adamw(DataPtr param, ConstDataPtr grad, DataPtr m, DataPtr v, i
   HP_CHECK(step >= 1, "adamw: step {} must count from 1", step);
   const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(step));
-  ops_.adamw(param.as<float>(), grad.as<float>(), m.as<float>(), v.as<float>(), n,
-             static_cast<float>(lr), static_cast<float>(beta1), static_cast<float>(beta2),
-             static_cast<float>(eps), static_cast<float>(1 - lr * weight_decay),
-             static_cast<float>(lr / bc1), static_cast<float>(std::sqrt(bc2)),
-             static_cast<float>(grad_scale), threads_);
+  const double shrink = 1.0 - lr * weight_decay, step_size = lr / bc1;
+  const double inv_sqrt_bc2 = 1.0 / std::sqrt(bc2);
+  float* p = param.as<float>();
+  const float* g = grad.as<float>();
+  float* mm = m.as<float>();
+  float* vv = v.as<float>();
+  auto run = [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i) {
+      const double gi = static_cast<double>(g[i]) * grad_scale;
+      const double mi = beta1 * static_cast<double>(mm[i]) + (1.0 - beta1) * gi;
+      const double vi = beta2 * static_cast<double>(vv[i]) + (1.0 - beta2) * gi * gi;
+      mm[i] = static_cast<float>(mi);
+      vv[i] = static_cast<float>(vi);
+      const double denom = std::sqrt(vi) * inv_sqrt_bc2 + eps;
+      p[i] = static_cast<float>(static_cast<double>(p[i]) * shrink - step_size * mi / denom);
+    }
+  };
+  const int64_t chunk = 1 << 16, nc = (n + chunk - 1) / chunk;
+  if (threads_ <= 1 || nc <= 1) {
+    run(0, n);
+  } else {
+#pragma omp parallel for num_threads(threads_) schedule(static)
+    for (int64_t c = 0; c < nc; ++c) run(c * chunk, std::min(n, (c + 1) * chunk));
+  }
   if (weight_copy) convert(weight_copy, param, n);
 }
 
