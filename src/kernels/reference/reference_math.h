@@ -2,7 +2,7 @@
 // comparisons, double for finite-difference gradient checks), typed, so tests call it directly.
 // Obviously correct beats fast here; the attention is the textbook softmax(q k^T / sqrt(d)) v, one
 // query row at a time. Statistics (rstd, lse) are T as well. The reference backend
-// (reference_kernels.h) runs f32 and f64 through this and bf16 through ReferenceMath<float>.
+// (reference_kernels.cc) runs f32 and f64 through this and bf16 through ReferenceMath<float>.
 #pragma once
 
 #include <algorithm>
