@@ -134,8 +134,8 @@ void attn_backward_input(Backend& be, const PartDims& d, ConstDataPtr qkvr, Cons
                          DataPtr da) {
   Kernels& k = be.kernels();
   const int64_t T = d.tokens, h = d.hidden, kv = d.kv, q = d.qkv;
-  k.attention_backward(d.attn(), qkvr, qkvr.at(h), qkvr.at(h + kv), o, dout, lse, dqkv,
-                       dqkv.at(h), dqkv.at(h + kv));
+  k.attention_backward(d.attn(), qkvr, qkvr.at(h), qkvr.at(h + kv), o, dout, lse, dqkv, dqkv.at(h),
+                       dqkv.at(h + kv));
   rope_qk(be, d, dqkv, true);
   if (w) k.gemm(false, false, T, h, q, 1.0, dqkv, q, w, h, 0.0, da, h);
 }
@@ -214,8 +214,8 @@ void post_backward_weight(Backend& be, const PartDims& d, const PostBackward& t,
   const int64_t T = d.tokens, h = d.hidden, f = d.ffn, C = d.mlp_chunk;
   for (int64_t c0 = 0; c0 < T; c0 += C) {
     const int64_t n = std::min(C, T - c0);
-    post_weight_chunk(k, d, n, t.dxo.at(c0 * h), t.h.at(c0 * f), t.dg.at(c0 * f),
-                      t.du.at(c0 * f), t.z.at(c0 * h), wg);
+    post_weight_chunk(k, d, n, t.dxo.at(c0 * h), t.h.at(c0 * f), t.dg.at(c0 * f), t.du.at(c0 * f),
+                      t.z.at(c0 * h), wg);
   }
   k.gemm(true, false, h, h, T, 1.0, t.dr, h, t.o, h, 1.0, wg.wo, h);
 }
@@ -232,14 +232,12 @@ void head_forward(Backend& be, const PartDims& d, const HeadWeights& w, ConstDat
     const int64_t n = std::min(C, T - c0);
     k.gemm(false, true, n, V, h, 1.0, zf.at(c0 * h), h, w.lm_head, h, 0.0, logits_ws, V);
     if (sink) sink(logits_ws, c0, n);
-    if (targets)
-      k.cross_entropy_forward(logits_ws, V, targets + c0, n, V, lsece.at(c0), loss_sum);
+    if (targets) k.cross_entropy_forward(logits_ws, V, targets + c0, n, V, lsece.at(c0), loss_sum);
   }
 }
 
-void head_backward_input(Backend& be, const PartDims& d, const HeadWeights& w,
-                         DataPtr g_final_norm, const HeadBackward& t, DataPtr g_lm,
-                         const HeadWorkspace& ws) {
+void head_backward_input(Backend& be, const PartDims& d, const HeadWeights& w, DataPtr g_final_norm,
+                         const HeadBackward& t, DataPtr g_lm, const HeadWorkspace& ws) {
   Kernels& k = be.kernels();
   const int64_t T = d.tokens, h = d.hidden, V = d.vocab, C = d.head_chunk;
   k.rmsnorm_forward(t.zf, ws.rstd, t.x, w.final_norm, T, h, d.rms_eps);

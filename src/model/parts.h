@@ -95,22 +95,22 @@ struct PostWorkspace {
   DataPtr g, u, h, dh, dg, du, dz;
 };
 struct PostForward {
-  ConstDataPtr x, o;   // inputs X:l, O:l (T,h) [c]
+  ConstDataPtr x, o;    // inputs X:l, O:l (T,h) [c]
   DataPtr y, rstd2, z;  // Y (T,h) [c], rstd2 (T) [s], Z (T,h) [c]
-  DataPtr g, u;        // G, U (T,f) [c] kept whole, or null: per chunk in the workspace
-  DataPtr xo;          // X:l+1 (T,h) [c], or null: stop after G and U
+  DataPtr g, u;         // G, U (T,f) [c] kept whole, or null: per chunk in the workspace
+  DataPtr xo;           // X:l+1 (T,h) [c], or null: stop after G and U
 };
 // Y = O W_o^T + X; Z = RMSNorm2(Y); per chunk of C rows G = Z W_gate^T, U = Z W_up^T,
 // H = silu(G) U, X:l+1 = Y + H W_down^T.
 void post_forward(Backend& be, const PartDims& d, const PostWeights& w, const PostForward& t,
                   const PostWorkspace& ws);
 struct PostBackward {
-  ConstDataPtr dxo;           // dX:l+1 (T,h) [c]
-  ConstDataPtr y, z, rstd2;   // of the forward
-  ConstDataPtr g, u;          // G, U (T,f) [c] when kept, else null: recomputed per chunk from Z
-  ConstDataPtr o;             // O:l (T,h) [c], for dW_o
-  DataPtr dr, dout;           // dR:l = dY (T,h) [c], dO:l (T,h) [c]
-  DataPtr h, dg, du;          // H, dG, dU (T,f) [c] kept whole for post_backward_weight, or null
+  ConstDataPtr dxo;          // dX:l+1 (T,h) [c]
+  ConstDataPtr y, z, rstd2;  // of the forward
+  ConstDataPtr g, u;         // G, U (T,f) [c] when kept, else null: recomputed per chunk from Z
+  ConstDataPtr o;            // O:l (T,h) [c], for dW_o
+  DataPtr dr, dout;          // dR:l = dY (T,h) [c], dO:l (T,h) [c]
+  DataPtr h, dg, du;         // H, dG, dU (T,f) [c] kept whole for post_backward_weight, or null
 };
 // Per chunk: H = silu(G) U, dH = dX:l+1 W_down, dG, dU = SwiGLU'(dH), dZ = dG W_gate + dU W_up;
 // then dY = dX:l+1 + RMSNorm2'(dZ) (g_norm2 [m] +=), dO = dY W_o. With `wg` (a B op) the weight
@@ -155,9 +155,8 @@ struct HeadWorkspace {
 // Zf again from X:L+1; per chunk logits again, dlogits = (softmax - onehot(target)) * scale,
 // dZf = dlogits W_lm, and with g_lm (a B op) dW_lm (V,h) [m] += dlogits^T Zf; then
 // dX:L+1 = RMSNorm_f'(dZf), g_final_norm (h) [m] +=.
-void head_backward_input(Backend& be, const PartDims& d, const HeadWeights& w,
-                         DataPtr g_final_norm, const HeadBackward& t, DataPtr g_lm,
-                         const HeadWorkspace& ws);
+void head_backward_input(Backend& be, const PartDims& d, const HeadWeights& w, DataPtr g_final_norm,
+                         const HeadBackward& t, DataPtr g_lm, const HeadWorkspace& ws);
 // dW_lm (V,h) [m] += dlogits (T,V) [c]^T Zf (T,h) [c], chunk by chunk as the backward.
 void head_backward_weight(Backend& be, const PartDims& d, ConstDataPtr dlogits, ConstDataPtr zf,
                           DataPtr g_lm);

@@ -1,5 +1,7 @@
 // The host caching allocator (size classes, alignment, reuse, statistics, running out of memory)
 // and the host backends' memory operations.
+#include "kernels/host/host_backend.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -10,7 +12,6 @@
 
 #include "kernels/backend.h"
 #include "kernels/host/host_allocator.h"
-#include "kernels/host/host_backend.h"
 #include "util/error.h"
 
 namespace hp {

@@ -76,8 +76,8 @@ class ReferenceBf16 : public ::testing::Test {
 
 TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(to_float(to_bf16(1.0f)), 1.0f);
-  EXPECT_EQ(to_float(to_bf16(1.0f + 0x1p-8f)), 1.0f);                  // tie: down to even
-  EXPECT_EQ(to_float(to_bf16(1.0f + 3 * 0x1p-8f)), 1.0f + 0x1p-6f);    // tie: up to even
+  EXPECT_EQ(to_float(to_bf16(1.0f + 0x1p-8f)), 1.0f);                       // tie: down to even
+  EXPECT_EQ(to_float(to_bf16(1.0f + 3 * 0x1p-8f)), 1.0f + 0x1p-6f);         // tie: up to even
   EXPECT_EQ(to_float(to_bf16(1.0f + 0x1p-8f + 0x1p-20f)), 1.0f + 0x1p-7f);  // above the tie
   EXPECT_EQ(to_float(to_bf16(-2.5f)), -2.5f);
   EXPECT_TRUE(std::isnan(to_float(to_bf16(std::numeric_limits<float>::quiet_NaN()))));
@@ -156,7 +156,8 @@ TEST_F(ReferenceBf16, RopeLeavesPaddingAlone) {
     k_->rope(got.data(), rows, ld, seq, heads, hd, 10000.0, inverse);
     EXPECT_LT(rel_err(to_d(got), want, rows, heads * hd, ld), kBf16Tol);
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = heads * hd; c < ld; ++c) ASSERT_EQ(got[r * ld + c].bits, x.b[r * ld + c].bits);
+      for (int64_t c = heads * hd; c < ld; ++c)
+        ASSERT_EQ(got[r * ld + c].bits, x.b[r * ld + c].bits);
   }
 }
 
@@ -186,12 +187,12 @@ TEST_F(ReferenceBf16, AttentionForwardBackward) {
                          gb.data() + qw + kw);
   const DVec gd = to_d(gb);
   EXPECT_LT(rel_err(gd, g, T, qw, s.ld_qkv), kBf16Tol) << "dq";
-  EXPECT_LT(rel_err(DVec(gd.begin() + qw, gd.end()), DVec(g.begin() + qw, g.end()), T, kw,
-                    s.ld_qkv),
-            kBf16Tol)
+  EXPECT_LT(
+      rel_err(DVec(gd.begin() + qw, gd.end()), DVec(g.begin() + qw, g.end()), T, kw, s.ld_qkv),
+      kBf16Tol)
       << "dk";
-  EXPECT_LT(rel_err(DVec(gd.begin() + qw + kw, gd.end()), DVec(g.begin() + qw + kw, g.end()), T,
-                    kw, s.ld_qkv),
+  EXPECT_LT(rel_err(DVec(gd.begin() + qw + kw, gd.end()), DVec(g.begin() + qw + kw, g.end()), T, kw,
+                    s.ld_qkv),
             kBf16Tol)
       << "dv";
   for (int64_t t = 0; t < T; ++t)  // the padding of the QKV gradient rows is left alone
@@ -234,8 +235,8 @@ TEST_F(ReferenceBf16, CrossEntropyAndEmbedding) {
   std::vector<int32_t> tgt(rows);
   for (int64_t r = 0; r < rows; ++r) tgt[r] = static_cast<int32_t>((r * 13) % vocab);
   DVec lse(rows);
-  const double loss = ref_.cross_entropy_forward(logits.d.data(), ld, tgt.data(), rows, vocab,
-                                                 lse.data());
+  const double loss =
+      ref_.cross_entropy_forward(logits.d.data(), ld, tgt.data(), rows, vocab, lse.data());
   FVec lsef(rows);
   double got = 1.0;  // the kernel adds to it
   k_->cross_entropy_forward(logits.b.data(), ld, tgt.data(), rows, vocab, lsef.data(), &got);
@@ -255,7 +256,8 @@ TEST_F(ReferenceBf16, CrossEntropyAndEmbedding) {
   BVec x(n * dim);
   k_->embedding_forward(x.data(), tok.data(), table.b.data(), n, dim);
   for (int64_t t = 0; t < n; ++t)
-    for (int64_t c = 0; c < dim; ++c) ASSERT_EQ(x[t * dim + c].bits, table.b[tok[t] * dim + c].bits);
+    for (int64_t c = 0; c < dim; ++c)
+      ASSERT_EQ(x[t * dim + c].bits, table.b[tok[t] * dim + c].bits);
   DVec dt(vocab * dim, 0.0);
   ref_.embedding_backward(dt.data(), tok.data(), dx.d.data(), n, dim);
   FVec dtf(vocab * dim, 0.0f);  // the master-type gradient of a bf16 table

@@ -59,9 +59,8 @@ class ForwardingKernels : public Kernels {
     Scope s(*this, "swiglu_backward");
     k_.swiglu_backward(dg, du, dh, g, u, n);
   }
-  void cross_entropy_forward(ConstDataPtr logits, int64_t ld, const int32_t* targets,
-                             int64_t rows, int64_t vocab, DataPtr lse,
-                             DataPtr loss_sum) override {
+  void cross_entropy_forward(ConstDataPtr logits, int64_t ld, const int32_t* targets, int64_t rows,
+                             int64_t vocab, DataPtr lse, DataPtr loss_sum) override {
     Scope s(*this, "cross_entropy_forward");
     k_.cross_entropy_forward(logits, ld, targets, rows, vocab, lse, loss_sum);
   }

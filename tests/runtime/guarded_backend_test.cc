@@ -4,7 +4,6 @@
 // runs. Any other access is a segmentation fault, reported with its address; the test would then
 // fail as a crash. A death test checks that the guard does fire.
 #include <gtest/gtest.h>
-
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -54,9 +53,7 @@ class GuardedArena {
   void leave() {
     if (--depth_ == 0) mprotect(base_, static_cast<size_t>(size_), PROT_NONE);
   }
-  bool contains(const void* p) const {
-    return p >= base_ && p < base_ + size_;
-  }
+  bool contains(const void* p) const { return p >= base_ && p < base_ + size_; }
   static GuardedArena* active() { return active_; }
 
  private:
@@ -90,10 +87,10 @@ class GuardedBackend : public test::ForwardingBackend {
 void on_segv(int, siginfo_t* info, void*) {
   const GuardedArena* a = GuardedArena::active();
   char msg[160];
-  const int n = std::snprintf(msg, sizeof msg, "%s at %p outside a kernel or a backend copy\n",
-                              a && a->contains(info->si_addr) ? "host access to backend memory"
-                                                              : "segmentation fault",
-                              info->si_addr);
+  const int n = std::snprintf(
+      msg, sizeof msg, "%s at %p outside a kernel or a backend copy\n",
+      a && a->contains(info->si_addr) ? "host access to backend memory" : "segmentation fault",
+      info->si_addr);
   if (n > 0) (void)!write(2, msg, static_cast<size_t>(n));
   _exit(3);
 }
@@ -169,8 +166,8 @@ TEST_F(GuardedBackendTest, TrainerStepsAndCheckpointsTouchOnlyThroughTheBackend)
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 7 + i / 3) % 11);
   write_token_file((dir / "d.tok").string(), toks, TokenDType::kUint8, 11);
   const TokenSource src = TokenSource::open((dir / "d.tok").string());
-  StepShape shape{.seq_len = 8, .microbatch_size = 2, .microbatches = 2,
-                  .recompute = Recompute::kNoAttn};
+  StepShape shape{
+      .seq_len = 8, .microbatch_size = 2, .microbatches = 2, .recompute = Recompute::kNoAttn};
   const SequenceReader reader(src, shape.seq_len, cfg.vocab);
   for (Precision prec : {Precision::fp32(), Precision::bf16()}) {
     Params params(cfg, Params::all_parts(cfg), be_, prec);

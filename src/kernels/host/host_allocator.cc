@@ -42,7 +42,8 @@ void* HostAllocator::system_alloc(int64_t size) {
     release_cached_locked();
     p = sys_.alloc(size);
   }
-  HP_CHECK(p, "out of host memory: cannot allocate {} bytes ({} bytes in use, {} reserved); use a "
+  HP_CHECK(p,
+           "out of host memory: cannot allocate {} bytes ({} bytes in use, {} reserved); use a "
            "smaller micro-batch, sequence length or model, or a recomputation policy",
            size, stats_.in_use, stats_.reserved);
   ++stats_.system_allocations;

@@ -13,7 +13,9 @@ namespace hp {
 namespace {
 
 // Elements a rows x cols block with row stride ld spans.
-int64_t span(int64_t rows, int64_t cols, int64_t ld) { return rows > 0 ? (rows - 1) * ld + cols : 0; }
+int64_t span(int64_t rows, int64_t cols, int64_t ld) {
+  return rows > 0 ? (rows - 1) * ld + cols : 0;
+}
 
 class ReferenceKernels final : public Kernels {
  public:
@@ -76,8 +78,8 @@ class ReferenceKernels final : public Kernels {
     }
     float* dxx = load_out(dx, rows, dim, dim, 0, accumulate);
     f_.rmsnorm_backward(dxx, dg.as<float>(), load(dy, rows, dim, dim, 1),
-                        load(x, rows, dim, dim, 2), load(g, 1, dim, dim, 3), rstd.as<float>(),
-                        rows, dim, accumulate);
+                        load(x, rows, dim, dim, 2), load(g, 1, dim, dim, 3), rstd.as<float>(), rows,
+                        dim, accumulate);
     store(dx, dxx, rows, dim, dim);
   }
 
@@ -115,8 +117,12 @@ class ReferenceKernels final : public Kernels {
                           ConstDataPtr o, ConstDataPtr dout, ConstDataPtr lse, DataPtr dq,
                           DataPtr dk, DataPtr dv) override {
     const DType c = q.dtype;
-    for (auto [p, n] : {std::pair{k, "k"}, {v, "v"}, {o, "o"}, {dout, "dout"},
-                        {ConstDataPtr(dq), "dq"}, {ConstDataPtr(dk), "dk"},
+    for (auto [p, n] : {std::pair{k, "k"},
+                        {v, "v"},
+                        {o, "o"},
+                        {dout, "dout"},
+                        {ConstDataPtr(dq), "dq"},
+                        {ConstDataPtr(dk), "dk"},
                         {ConstDataPtr(dv), "dv"}})
       want(p, c, "attention_backward", n);
     want(lse, stats_of(c), "attention_backward", "lse");
@@ -152,8 +158,8 @@ class ReferenceKernels final : public Kernels {
 
   void swiglu_backward(DataPtr dg, DataPtr du, ConstDataPtr dh, ConstDataPtr g, ConstDataPtr u,
                        int64_t n) override {
-    for (auto [p, nm] : {std::pair{ConstDataPtr(dg), "dg"}, {ConstDataPtr(du), "du"}, {dh, "dh"},
-                         {u, "u"}})
+    for (auto [p, nm] :
+         {std::pair{ConstDataPtr(dg), "dg"}, {ConstDataPtr(du), "du"}, {dh, "dh"}, {u, "u"}})
       want(p, g.dtype, "swiglu_backward", nm);
     if (g.dtype == DType::kF64) {
       d_.swiglu_backward(dg.as<double>(), du.as<double>(), dh.as<double>(), g.as<double>(),
@@ -162,15 +168,13 @@ class ReferenceKernels final : public Kernels {
     }
     float* dgg = load_out(dg, 1, n, n, 0, false);
     float* duu = load_out(du, 1, n, n, 1, false);
-    f_.swiglu_backward(dgg, duu, load(dh, 1, n, n, 2), load(g, 1, n, n, 3), load(u, 1, n, n, 4),
-                       n);
+    f_.swiglu_backward(dgg, duu, load(dh, 1, n, n, 2), load(g, 1, n, n, 3), load(u, 1, n, n, 4), n);
     store(dg, dgg, 1, n, n);
     store(du, duu, 1, n, n);
   }
 
-  void cross_entropy_forward(ConstDataPtr logits, int64_t ld, const int32_t* targets,
-                             int64_t rows, int64_t vocab, DataPtr lse,
-                             DataPtr loss_sum) override {
+  void cross_entropy_forward(ConstDataPtr logits, int64_t ld, const int32_t* targets, int64_t rows,
+                             int64_t vocab, DataPtr lse, DataPtr loss_sum) override {
     want(loss_sum, DType::kF64, "cross_entropy_forward", "loss_sum");
     want(lse, stats_of(logits.dtype), "cross_entropy_forward", "lse");
     if (logits.dtype == DType::kF64) {
@@ -266,10 +270,13 @@ class ReferenceKernels final : public Kernels {
 
  private:
   static DType master_of(DType compute) { return compute == DType::kBF16 ? DType::kF32 : compute; }
-  static DType stats_of(DType compute) { return compute == DType::kF64 ? DType::kF64 : DType::kF32; }
+  static DType stats_of(DType compute) {
+    return compute == DType::kF64 ? DType::kF64 : DType::kF32;
+  }
   static void want(ConstDataPtr p, DType t, const char* kernel, const char* arg) {
-    HP_CHECK(p.dtype == t, "reference {}: {} is {} where {} is expected (see the roles in kernels.h)",
-             kernel, arg, dtype_name(p.dtype), dtype_name(t));
+    HP_CHECK(p.dtype == t,
+             "reference {}: {} is {} where {} is expected (see the roles in kernels.h)", kernel,
+             arg, dtype_name(p.dtype), dtype_name(t));
   }
 
   // A float view of a rows x cols block (stride ld): f32 in place, bf16 widened into scratch slot.
@@ -304,9 +311,12 @@ class ReferenceKernels final : public Kernels {
   }
   static double read(ConstDataPtr p, int64_t i) {
     switch (p.dtype) {
-      case DType::kF64: return p.as<double>()[i];
-      case DType::kF32: return p.as<float>()[i];
-      case DType::kBF16: return to_float(p.as<bf16>()[i]);
+      case DType::kF64:
+        return p.as<double>()[i];
+      case DType::kF32:
+        return p.as<float>()[i];
+      case DType::kBF16:
+        return to_float(p.as<bf16>()[i]);
     }
     return 0;
   }
@@ -314,11 +324,17 @@ class ReferenceKernels final : public Kernels {
     for (int64_t i = 0; i < n; ++i) {
       const double x = read(src, i);
       switch (dst.dtype) {
-        case DType::kF64: dst.as<double>()[i] = x; break;
+        case DType::kF64:
+          dst.as<double>()[i] = x;
+          break;
         // bf16 from f64 goes through float (rounding twice can differ from one rounding in the
         // last bit; no tensor here converts f64 to bf16).
-        case DType::kF32: dst.as<float>()[i] = static_cast<float>(x); break;
-        case DType::kBF16: dst.as<bf16>()[i] = to_bf16(static_cast<float>(x)); break;
+        case DType::kF32:
+          dst.as<float>()[i] = static_cast<float>(x);
+          break;
+        case DType::kBF16:
+          dst.as<bf16>()[i] = to_bf16(static_cast<float>(x));
+          break;
       }
     }
   }
