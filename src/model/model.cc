@@ -467,33 +467,43 @@ DataPtr Model::Impl::next_loss_slot() {
   return slot;
 }
 
-// Rows of a chunk of logits into the host sink: all of them, or with last_only the last position
-// of each sequence. Downloaded as they are, converted on the host when the sink's type differs.
+// Rows of a chunk of logits into the host sink: all of them (one download), or with last_only the
+// last position of each sequence. Downloaded as they are, converted on the host when the sink's
+// type differs.
 void Model::Impl::sink_logits(ConstDataPtr logits, int64_t row0, int64_t rows) {
   const int64_t V = d.vocab, esize = dtype_bytes(logits.dtype);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = row0 + r;
-    if (last_only && (t + 1) % d.seq != 0) continue;
-    const int64_t dst_row = last_only ? t / d.seq : t;
+  auto emit = [&](int64_t src_row, int64_t dst_row, int64_t n) {
     const DataPtr dst = logits_out.at(dst_row * V);
+    const int64_t bytes = n * V * esize;
     if (dst.dtype == logits.dtype) {
-      be.download(dst.data, logits.at(r * V).data, V * esize);
-      continue;
+      be.download(dst.data, logits.at(src_row * V).data, bytes);
+      return;
     }
-    logits_host.resize(static_cast<size_t>(V * esize));
-    be.download(logits_host.data(), logits.at(r * V).data, V * esize);
-    const ConstDataPtr src(logits_host.data(), logits.dtype);
-    for (int64_t c = 0; c < V; ++c) {
-      const double x = logits.dtype == DType::kBF16 ? to_float(src.as<bf16>()[c])
-                       : logits.dtype == DType::kF32 ? src.as<float>()[c]
-                                                     : src.as<double>()[c];
-      if (dst.dtype == DType::kF64) {
-        dst.as<double>()[c] = x;
+    logits_host.resize(static_cast<size_t>(bytes));
+    be.download(logits_host.data(), logits.at(src_row * V).data, bytes);
+    const char* src = logits_host.data();
+    for (int64_t i = 0; i < n * V; ++i) {
+      double x = 0;
+      if (logits.dtype == DType::kBF16) {
+        x = to_float(reinterpret_cast<const bf16*>(src)[i]);
+      } else if (logits.dtype == DType::kF32) {
+        x = reinterpret_cast<const float*>(src)[i];
       } else {
-        dst.as<float>()[c] = static_cast<float>(x);
+        x = reinterpret_cast<const double*>(src)[i];
+      }
+      if (dst.dtype == DType::kF64) {
+        static_cast<double*>(dst.data)[i] = x;
+      } else {
+        static_cast<float*>(dst.data)[i] = static_cast<float>(x);
       }
     }
+  };
+  if (!last_only) {
+    emit(0, row0, rows);
+    return;
   }
+  for (int64_t r = 0; r < rows; ++r)
+    if ((row0 + r + 1) % d.seq == 0) emit(r, (row0 + r) / d.seq, 1);
 }
 
 Model::Model(Params& params, ModelOptions opt)
