@@ -21,6 +21,8 @@
 
 #include "kernels/cpu_kernels.h"
 #include "model/model.h"
+#include "runtime/optimizer.h"
+#include "runtime/trainer.h"
 #include "util/error.h"
 #include "util/rng.h"
 
@@ -43,9 +45,9 @@ double peak_rss_mb() {
   return ru.ru_maxrss / 1024.0;
 }
 
-double sgemm_gflops(hp::KernelsT<float>& k, int64_t n) {
+double sgemm_gflops(hp::Kernels& k, int64_t n) {
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  auto once = [&] { k.gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); };
+  auto once = [&] { k.gemm(false, false, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n); };
   once();
   double best = 1e30, total = 0;
   for (int i = 0; i < 3 || total < 1.0; ++i) {
@@ -111,16 +113,20 @@ int main(int argc, char** argv) try {
   cfg.vocab = a.vocab;
   cfg.max_positions = std::max<int64_t>(cfg.max_positions, a.seq);
   cfg.validate();
-  auto kern = hp::make_cpu_kernels(a.threads);
-  hp::Params params(cfg, hp::Params::all_parts(cfg));
+  auto be = hp::make_cpu_backend(a.threads);
+  hp::Kernels& kern = be->kernels();
+  hp::Params params(cfg, hp::Params::all_parts(cfg), *be);
   params.init(1);
-  hp::Model model(cfg, *kern, params, hp::ModelOptions{a.mlp_chunk, 1024});
-  std::vector<float> m(params.size(), 0.0f), v(params.size(), 0.0f);
+  hp::Model model(params, hp::ModelOptions{a.mlp_chunk, 1024});
+  hp::AdamW opt(*be, hp::AdamWConfig{0.9, 0.95, 1e-8, 0.1});
+  const std::vector<hp::ParamRef> refs = hp::param_refs(params);
   hp::Rng rng(3);
   std::vector<int32_t> tok(a.seq + 1);
   for (auto& t : tok) t = static_cast<int32_t>(rng.next_u64() % a.vocab);
+  hp::TokenBuffer tok_dev;
+  tok_dev.upload(*be, tok, cfg.vocab, "token");
   hp::StepOptions so{hp::parse_recompute(a.recompute), hp::TransferMode::kWeights};
-  hp::ValueStore store;
+  hp::ValueStore store(*be);
 
   const double T = static_cast<double>(a.seq), h = a.hidden, q = cfg.qkv_dim(), f = a.ffn;
   const double matmul_fwd = a.layers * 2 * T * (h * q + h * h + 3 * h * f) + 2 * T * h * a.vocab;
@@ -131,22 +137,19 @@ int main(int argc, char** argv) try {
               "recompute=%s mlp_chunk=%lld kernels=%s (timed by %s)\n",
               (long long)a.layers, (long long)a.hidden, (long long)a.heads, (long long)a.ffn,
               (long long)a.vocab, (long long)a.seq, a.threads, a.recompute.c_str(),
-              (long long)a.mlp_chunk, kern->name().c_str(),
+              (long long)a.mlp_chunk, kern.name().c_str(),
               g_cpu_clock ? "process CPU time" : "wall clock");
   double best = 1e30, loss = 0;
   for (int step = 0; step <= a.steps; ++step) {  // step 0 warms up (pool, workspace)
     const double t0 = now_seconds();
     params.zero_grad();
-    loss = hp::loss_and_grads(model, tok.data(), tok.data() + 1, 1, a.seq, 1, so, &store);
-    for (const hp::ParamTensor& t : params.tensors())
-      kern->adamw(params.data() + t.offset, params.grads() + t.offset, m.data() + t.offset,
-                  v.data() + t.offset, t.numel, 1e-3, 0.9, 0.95, 1e-8, t.decay ? 0.1 : 0.0,
-                  step + 1);
+    loss = hp::loss_and_grads(model, tok_dev.data(), tok_dev.data() + 1, 1, a.seq, 1, so, &store);
+    opt.step(refs, 1e-3, 1.0);
     const double dt = now_seconds() - t0;
     if (step > 0) best = std::min(best, dt);
     std::printf("  step %d: %.3f s, loss %.4f\n", step, dt, loss);
   }
-  const double sg = sgemm_gflops(*kern, 1024);
+  const double sg = sgemm_gflops(kern, 1024);
   const double gf = step_flops / best * 1e-9;
   const double tps = a.seq / best;
   std::printf("sgemm 1024^3:        %8.1f GFLOP/s\n", sg);
