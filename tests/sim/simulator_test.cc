@@ -148,8 +148,13 @@ TEST(Simulator, DeadlockIsReportedWithEachBlockedStage) {
   } catch (const Error& e) {
     std::string msg = e.what();
     EXPECT_NE(msg.find("deadlocks"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("stage 0 at op 0: recv.wait of message 101"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("stage 1 at op 0: recv.wait of message 100"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("stage 0 is stuck at lowered op 0: recv.wait of message 101"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("stage 1 is stuck at lowered op 0: recv.wait of message 100"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("stage 1 has not started sending it"), std::string::npos) << msg;
   }
 }
 
