@@ -15,6 +15,7 @@
 #include "schedule/generate.h"
 #include "schedule/lower.h"
 #include "schedule/validate.h"
+#include "sim/timeline.h"
 #include "util/error.h"
 
 namespace hp {
