@@ -260,17 +260,20 @@ void Walker::check_finished() const {
     const uint8_t f = state_[i];
     const int mi = static_cast<int>(i);
     if (walked(m.src) && (f & kSent) && !(f & kSendWaited))
-      broken(m.src, mi, "ends its program without waiting for the send of {} (no send.wait)");
+      broken(m.src, mi, "never waits for the send of {} (no send.wait)");
     if (walked(m.dst) && (f & kPosted) && !(f & kRecvWaited))
-      broken(m.dst, mi, "ends its program without waiting for the receive of {} (no recv.wait)");
+      broken(m.dst, mi, "never waits for the receive of {} (no recv.wait)");
     if (fifo() && !(f & kPosted))
-      broken(m.dst, mi, "ends its program without receiving {} (no recv.start or recv.wait)");
+      broken(m.dst, mi, "never receives {} (no recv.start or recv.wait)");
   }
 }
 
 void Walker::broken(int stage, int mi, const std::string& what) const {
-  fail("{}: stage {} {}, at lowered op {} (a broken lowering; run 'helixpipe validate')", who_,
-       stage, fmt::format(fmt::runtime(what), message_label(s_.messages[mi])), pc_[stage]);
+  const std::string where = pc_[stage] < program_size(stage)
+                                ? fmt::format("at lowered op {}", pc_[stage])
+                                : std::string("at the end of its program");
+  fail("{}: stage {} {}, {} (a broken lowering; run 'helixpipe validate')", who_, stage,
+       fmt::format(fmt::runtime(what), message_label(s_.messages[mi])), where);
 }
 
 std::vector<StuckWait> Walker::stuck() const {
