@@ -133,7 +133,6 @@ SimRun run_one(const ScheduleSpec& spec_in, const CostSetup& c, bool record_time
   opt.shared_nic = c.shared_nic;
   opt.message_bytes_scale = c.bytes_per_elem / 4.0;  // lower() sizes fp32 values
   opt.record_timeline = record_timeline;
-  opt.model = cfg;
   opt.tokens_per_microbatch = c.tokens_per_mb;
   opt.stage_time_scale = stage_time_scale;
   run.result = simulate(run.schedule, c.cost, opt);

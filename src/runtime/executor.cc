@@ -1,6 +1,9 @@
+// The stage executor: the walker's transport over a Comm (compute through the backend, messages
+// packed into recycled buffers) and the observers that measure a step (stats, timeline).
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 
 #include "util/error.h"
@@ -12,9 +15,10 @@ double now_s() {
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
 }
 
-StageExecutor::StageExecutor(const Schedule& sch, int stage, Comm& pipeline,
-                             const ModelConfig& cfg, int64_t tokens_per_mb)
-    : sch_(sch), stage_(stage), comm_(pipeline), cfg_(cfg), tokens_(tokens_per_mb), index_(sch) {
+namespace {
+
+// The executor's checks of its arguments, before anything is built from them.
+const Schedule& checked(const Schedule& sch, int stage, const Comm& pipeline) {
   if (pipeline.size() != sch.num_stages)
     throw Error("executor: the pipeline group has " + std::to_string(pipeline.size()) +
                 " ranks but the schedule has " + std::to_string(sch.num_stages) +
@@ -27,21 +31,183 @@ StageExecutor::StageExecutor(const Schedule& sch, int stage, Comm& pipeline,
   if (static_cast<int>(sch.stages.size()) != sch.num_stages)
     throw Error("executor: the schedule lists " + std::to_string(sch.stages.size()) +
                 " stages but declares " + std::to_string(sch.num_stages));
-  by_id_.assign(sch.messages.size(), nullptr);
-  elems_.resize(sch.messages.size());
-  values_.resize(sch.messages.size());
+  return sch;
+}
+
+// StageStats from what the walker reports: compute and wait times, bytes and messages moved.
+class StatsRecorder : public WalkObserver {
+ public:
+  StatsRecorder(StageStats& st, const std::vector<int64_t>& bytes) : st_(st), bytes_(bytes) {}
+  void on_compute(int, int, const OpTimes& t) override { st_.busy_s += t.end - t.start; }
+  void on_send_start(int, const Message& m, double) override {
+    st_.bytes_sent += bytes(m);
+    ++st_.messages_sent;
+  }
+  void on_send_wait(int, const Message&, double, const OpTimes& t) override {
+    st_.comm_wait_s += t.end - t.start;
+  }
+  void on_recv_wait(int, const Message& m, double, const OpTimes& t) override {
+    st_.comm_wait_s += t.end - t.start;
+    st_.bytes_received += bytes(m);
+    ++st_.messages_received;
+  }
+
+ private:
+  int64_t bytes(const Message& m) const { return bytes_[static_cast<size_t>(m.id)]; }
+  StageStats& st_;
+  const std::vector<int64_t>& bytes_;
+};
+
+// The measured timeline: a compute event per op; per transfer a bar from posting to completion on
+// the comm row, plus a wait bar for the time the stage was held by it (when there was any).
+class TimelineRecorder : public WalkObserver {
+ public:
+  TimelineRecorder(const Schedule& s, Timeline* tl, double origin)
+      : s_(s), tl_(tl), origin_(origin) {}
+  void on_compute(int stage, int op, const OpTimes& t) override {
+    tl_->events.push_back(
+        compute_event(stage, s_.stages[stage].ops[op], t.start - origin_, t.end - origin_));
+  }
+  void on_send_wait(int stage, const Message& m, double posted, const OpTimes& t) override {
+    record_transfer(stage, m, /*send=*/true, posted, t);
+  }
+  void on_recv_wait(int stage, const Message& m, double posted, const OpTimes& t) override {
+    record_transfer(stage, m, /*send=*/false, posted, t);
+  }
+
+ private:
+  void record_transfer(int stage, const Message& m, bool send, double posted, const OpTimes& t) {
+    TimelineEvent ev;
+    ev.stage = stage;
+    ev.start = posted - origin_;
+    ev.end = t.end - origin_;
+    ev.name = send ? "send " + std::string(dir_str(m.dir)) + std::to_string(m.mb) + " " +
+                         m.from.str() + " -> s" + std::to_string(m.dst)
+                   : "recv " + std::string(dir_str(m.dir)) + std::to_string(m.mb) + " " +
+                         m.to.str() + " <- s" + std::to_string(m.src);
+    ev.category = send ? "send" : "recv";
+    ev.mb = m.mb;
+    ev.dir = m.dir;
+    ev.peer = send ? m.dst : m.src;
+    ev.bytes = m.bytes;
+    tl_->events.push_back(ev);
+    if (t.end - t.start > 1e-6) {
+      ev.start = t.start - origin_;
+      ev.category = "wait";
+      ev.name = "wait " + ev.name;
+      tl_->events.push_back(std::move(ev));
+    }
+  }
+  const Schedule& s_;
+  Timeline* tl_;
+  double origin_;
+};
+
+// Calls `fn` right after the stage's last compute op.
+class AfterLastCompute : public WalkObserver {
+ public:
+  AfterLastCompute(int last_op, const std::function<void()>& fn) : last_op_(last_op), fn_(fn) {}
+  void on_compute(int, int op, const OpTimes&) override {
+    if (op == last_op_) fn_();
+  }
+
+ private:
+  int last_op_;
+  const std::function<void()>& fn_;
+};
+
+}  // namespace
+
+// The walker's transport: compute through the backend, messages through the comm. Its waits
+// block until the transfer is complete (Matching::kByTransport).
+class StageExecutor::Link : public WalkTransport {
+ public:
+  Link(StageExecutor& ex, ComputeBackend& backend, ValueStore& store)
+      : ex_(ex), backend_(backend), store_(store) {}
+
+  OpTimes compute(int stage, int op) override {
+    const ComputeOp& c = ex_.sch_.stages[stage].ops[op];
+    ex_.ctx_.clear();
+    for (size_t k = 0; k < c.parts.size(); ++k)
+      ex_.ctx_.push_back(ex_.index_.context(stage, op, static_cast<int>(k)));
+    const double t0 = now_s();
+    loss_share_ += backend_.compute(c, ex_.ctx_, store_);
+    return {t0, now_s()};
+  }
+  double start_send(int, const Message& m) override {
+    Pending& p = ex_.sends_[m.id];
+    p.buf = ex_.take_buffer(store_.backend(), bytes(m));
+    ex_.pack(m, store_, p.buf);
+    store_.backend().synchronize();  // the packed bytes are in place before the transport reads
+    p.req = ex_.comm_.isend(p.buf.data(), bytes(m), m.dst, m.tag);
+    return now_s();
+  }
+  double start_recv(int, const Message& m) override {
+    Pending& p = ex_.recvs_[m.id];
+    p.buf = ex_.take_buffer(store_.backend(), bytes(m));
+    p.req = ex_.comm_.irecv(p.buf.data(), bytes(m), m.src, m.tag);
+    return now_s();
+  }
+  OpTimes wait_send(int, const Message& m) override {
+    Pending& p = ex_.sends_[m.id];
+    const double t0 = now_s();
+    ex_.comm_.wait(p.req, ex_.send_what_[m.id]);
+    const double t1 = now_s();
+    ex_.give_buffer(std::move(p.buf));  // the send buffer is free once the send completed
+    // The values leave this stage: drop their live mark (the stash keeps what backward needs).
+    for (const Value& v : ex_.values_[m.id]) store_.release(v, m.mb);
+    return {t0, t1};
+  }
+  OpTimes wait_recv(int, const Message& m) override {
+    Pending& p = ex_.recvs_[m.id];
+    const double t0 = now_s();
+    ex_.comm_.wait(p.req, ex_.recv_what_[m.id]);
+    const double t1 = now_s();
+    ex_.unpack(m, p.buf, store_);
+    ex_.give_buffer(std::move(p.buf));
+    return {t0, t1};
+  }
+  // Lets in-flight transfers and collectives move between ops.
+  void after_op(int) override { ex_.comm_.progress(); }
+
+  double loss_share() const { return loss_share_; }
+
+ private:
+  int64_t bytes(const Message& m) const { return ex_.bytes_[m.id]; }
+  StageExecutor& ex_;
+  ComputeBackend& backend_;
+  ValueStore& store_;
+  double loss_share_ = 0;
+};
+
+StageExecutor::StageExecutor(const Schedule& sch, int stage, Comm& pipeline, const ModelConfig& cfg,
+                             int64_t tokens_per_mb)
+    : sch_(checked(sch, stage, pipeline)),
+      stage_(stage),
+      comm_(pipeline),
+      cfg_(cfg),
+      tokens_(tokens_per_mb),
+      index_(sch),
+      walker_(sch, stage, "executor") {
+  const size_t n = sch.messages.size();
+  values_.resize(n);
+  elems_.resize(n);
+  total_elems_.assign(n, 0);
+  send_what_.resize(n);
+  recv_what_.resize(n);
+  std::vector<char> seen(n, 0);
   for (const Message& m : sch.messages) {
-    if (m.id < 0 || m.id >= static_cast<int>(sch.messages.size()) || by_id_[m.id])
+    if (m.id < 0 || m.id >= static_cast<int>(n) || seen[m.id])
       throw Error("executor: message ids must be 0..N-1 and unique (bad id " +
                   std::to_string(m.id) + ")");
-    by_id_[m.id] = &m;
-    int64_t total = 0;
+    seen[m.id] = 1;
     for (const std::string& name : m.values) {
       const Value v = Value::parse(name);
       values_[m.id].push_back(v);
       elems_[m.id].push_back(value_elems(v, cfg, tokens_per_mb));
-      total += elems_[m.id].back();
+      total_elems_[m.id] += elems_[m.id].back();
     }
+    const int64_t total = total_elems_[m.id];
     // The lowering sizes messages at 4 bytes per element (f32), whatever precision runs them.
     if (m.bytes != 0 && m.bytes != total * static_cast<int64_t>(sizeof(float)))
       throw Error("executor: message " + std::to_string(m.id) + " is sized " +
@@ -50,9 +216,11 @@ StageExecutor::StageExecutor(const Schedule& sch, int stage, Comm& pipeline,
                   " for this model and micro-batch; lower the schedule with the same model "
                   "config and micro-batch tokens");
     (void)message_tag(comm_, m.tag);  // throws when the tag does not fit the transport
+    if (m.src == stage_) send_what_[m.id] = describe(m, /*send=*/true);
+    if (m.dst == stage_) recv_what_[m.id] = describe(m, /*send=*/false);
   }
-  sends_.resize(sch.messages.size());
-  recvs_.resize(sch.messages.size());
+  sends_.resize(n);
+  recvs_.resize(n);
 }
 
 std::string StageExecutor::describe(const Message& m, bool send) const {
@@ -67,15 +235,37 @@ std::string StageExecutor::describe(const Message& m, bool send) const {
          std::to_string(send ? m.dst : m.src);
 }
 
-int64_t StageExecutor::message_bytes(int id, const ValueStore& store) const {
-  int64_t total = 0;
-  for (size_t k = 0; k < values_[id].size(); ++k)
-    total += elems_[id][k] * dtype_bytes(value_dtype(values_[id][k].kind, store.precision()));
-  return total;
+void StageExecutor::pack(const Message& m, const ValueStore& store, RawBuffer& buf) const {
+  Backend& be = store.backend();
+  int64_t off = 0;
+  for (size_t k = 0; k < values_[m.id].size(); ++k) {
+    const Value v = values_[m.id][k];
+    const int64_t n = elems_[m.id][k];
+    if (store.elems(v, m.mb) != n)
+      throw Error("executor: stage " + std::to_string(stage_) + " holds " + v.str() + "@" +
+                  std::to_string(m.mb) + " with " + std::to_string(store.elems(v, m.mb)) +
+                  " elements, message " + std::to_string(m.id) + " expects " + std::to_string(n));
+    const ConstDataPtr src = store.get(v, m.mb);
+    const int64_t bytes = n * dtype_bytes(src.dtype);
+    be.copy(static_cast<char*>(buf.data()) + off, src.data, bytes);
+    off += bytes;
+  }
+}
+
+void StageExecutor::unpack(const Message& m, const RawBuffer& buf, ValueStore& store) const {
+  Backend& be = store.backend();
+  int64_t off = 0;
+  for (size_t k = 0; k < values_[m.id].size(); ++k) {
+    const DataPtr dst = store.create(values_[m.id][k], m.mb, elems_[m.id][k]);
+    const int64_t bytes = elems_[m.id][k] * dtype_bytes(dst.dtype);
+    be.copy(dst.data, static_cast<const char*>(buf.data()) + off, bytes);
+    off += bytes;
+  }
 }
 
 RawBuffer StageExecutor::take_buffer(Backend& be, int64_t bytes) {
-  // The smallest spare buffer of this backend that holds `bytes`; else a new one.
+  // The smallest spare buffer of this backend that holds `bytes`; else a new one (the backend's
+  // allocator caches freed blocks, so this is no system allocation in steady state).
   size_t best = spare_.size();
   for (size_t i = 0; i < spare_.size(); ++i) {
     const int64_t cap = spare_[i].bytes();
@@ -101,168 +291,28 @@ StageStats StageExecutor::run(ComputeBackend& backend, ValueStore& store,
                 " starts a step with values left in its store: " + store.describe());
   StageStats st;
   store.reset_peaks();
-  Backend& mem = store.backend();  // where values and message buffers live
-  const Stage& stage = sch_.stages[stage_];
   const double t_start = now_s();
-  auto rel = [&](double t) { return t - opt.time_origin; };
-  auto record = [&](TimelineEvent ev) {
-    if (opt.timeline) opt.timeline->events.push_back(std::move(ev));
-  };
-  // A transfer as the timeline shows it: from posting to completion on the comm row, plus a wait
-  // bar for the time this stage was blocked on it (when there was any).
-  auto record_transfer = [&](const Message& m, bool send, double posted, double t0, double t1) {
-    if (!opt.timeline) return;
-    TimelineEvent ev;
-    ev.stage = stage_;
-    ev.start = rel(posted);
-    ev.end = rel(t1);
-    ev.name = send ? "send " + std::string(dir_str(m.dir)) + std::to_string(m.mb) + " " +
-                         m.from.str() + " -> s" + std::to_string(m.dst)
-                   : "recv " + std::string(dir_str(m.dir)) + std::to_string(m.mb) + " " +
-                         m.to.str() + " <- s" + std::to_string(m.src);
-    ev.category = send ? "send" : "recv";
-    ev.mb = m.mb;
-    ev.dir = m.dir;
-    ev.peer = send ? m.dst : m.src;
-    ev.bytes = m.bytes;
-    record(ev);
-    if (t1 - t0 > 1e-6) {
-      ev.start = rel(t0);
-      ev.category = "wait";
-      ev.name = "wait " + ev.name;
-      record(std::move(ev));
-    }
-  };
-  int last_compute = -1;
-  for (size_t i = 0; i < stage.lowered.size(); ++i)
-    if (stage.lowered[i].kind == OpKind::kCompute) last_compute = static_cast<int>(i);
-  std::vector<PartContext> ctx;
-  std::vector<LoweredOp> fallback;
-  const std::vector<LoweredOp>* ops = &stage.lowered;
-  if (ops->empty()) {  // a one-stage schedule that was never lowered: compute ops only
-    for (size_t i = 0; i < stage.ops.size(); ++i)
-      fallback.push_back(LoweredOp{OpKind::kCompute, static_cast<int>(i)});
-    ops = &fallback;
-    last_compute = static_cast<int>(fallback.size()) - 1;
+  bytes_.resize(values_.size());
+  for (size_t id = 0; id < values_.size(); ++id) {
+    bytes_[id] = 0;
+    for (size_t k = 0; k < values_[id].size(); ++k)
+      bytes_[id] += elems_[id][k] * dtype_bytes(value_dtype(values_[id][k].kind, store.precision()));
   }
-  for (size_t i = 0; i < ops->size(); ++i) {
-    const LoweredOp& lo = (*ops)[i];
-    switch (lo.kind) {
-      case OpKind::kCompute: {
-        const ComputeOp& op = stage.ops.at(static_cast<size_t>(lo.index));
-        ctx.clear();
-        for (size_t k = 0; k < op.parts.size(); ++k)
-          ctx.push_back(index_.context(stage_, lo.index, static_cast<int>(k)));
-        const double t0 = now_s();
-        st.loss_share += backend.compute(op, ctx, store);
-        const double t1 = now_s();
-        st.busy_s += t1 - t0;
-        if (opt.timeline) {
-          TimelineEvent ev;
-          ev.stage = stage_;
-          ev.start = rel(t0);
-          ev.end = rel(t1);
-          ev.name = compute_event_name(op);
-          ev.category = dir_str(op.dir);
-          ev.mb = op.mb;
-          ev.dir = op.dir;
-          ev.first_kind = op.parts.empty() ? PartKind::kEmbed : op.parts.front().kind;
-          ev.fold = op.fold;
-          record(std::move(ev));
-        }
-        if (static_cast<int>(i) == last_compute && after_last_compute) after_last_compute();
-        break;
-      }
-      case OpKind::kSendStart: {
-        const Message& m = *by_id_.at(static_cast<size_t>(lo.index));
-        Pending& p = sends_[m.id];
-        const int64_t total = message_bytes(m.id, store);
-        p.buf = take_buffer(mem, total);
-        int64_t off = 0;
-        for (size_t k = 0; k < values_[m.id].size(); ++k) {
-          const Value v = values_[m.id][k];
-          if (store.elems(v, m.mb) != elems_[m.id][k])
-            throw Error("executor: stage " + std::to_string(stage_) + " holds " + v.str() + "@" +
-                        std::to_string(m.mb) + " with " + std::to_string(store.elems(v, m.mb)) +
-                        " elements, message " + std::to_string(m.id) + " expects " +
-                        std::to_string(elems_[m.id][k]));
-          const DataPtr src = store.get(v, m.mb);
-          const int64_t bytes = elems_[m.id][k] * dtype_bytes(src.dtype);
-          mem.copy(static_cast<char*>(p.buf.data()) + off, src.data, bytes);
-          off += bytes;
-        }
-        mem.synchronize();  // the packed bytes are in place before the transport reads them
-        p.req = comm_.isend(p.buf.data(), total, m.dst, m.tag);
-        p.active = true;
-        p.posted = now_s();
-        st.bytes_sent += total;
-        ++st.messages_sent;
-        break;
-      }
-      case OpKind::kSendWait: {
-        const Message& m = *by_id_.at(static_cast<size_t>(lo.index));
-        Pending& p = sends_[m.id];
-        if (!p.active)
-          throw Error("executor: stage " + std::to_string(stage_) + " waits for " +
-                      describe(m, true) + " which was never started (broken lowering)");
-        const double t0 = now_s();
-        comm_.wait(p.req, describe(m, true));
-        const double t1 = now_s();
-        st.comm_wait_s += t1 - t0;
-        p.active = false;
-        give_buffer(std::move(p.buf));  // the send buffer is free once the send completed
-        // The values leave this stage: drop their live mark (the stash keeps what backward needs).
-        for (const Value& v : values_[m.id]) store.release(v, m.mb);
-        record_transfer(m, /*send=*/true, p.posted, t0, t1);
-        break;
-      }
-      case OpKind::kRecvStart: {
-        const Message& m = *by_id_.at(static_cast<size_t>(lo.index));
-        Pending& p = recvs_[m.id];
-        const int64_t total = message_bytes(m.id, store);
-        p.buf = take_buffer(mem, total);
-        p.req = comm_.irecv(p.buf.data(), total, m.src, m.tag);
-        p.active = true;
-        p.posted = now_s();
-        break;
-      }
-      case OpKind::kRecvWait: {
-        const Message& m = *by_id_.at(static_cast<size_t>(lo.index));
-        Pending& p = recvs_[m.id];
-        if (!p.active)
-          throw Error("executor: stage " + std::to_string(stage_) + " waits for " +
-                      describe(m, false) + " which was never posted (broken lowering)");
-        const double t0 = now_s();
-        comm_.wait(p.req, describe(m, false));
-        const double t1 = now_s();
-        st.comm_wait_s += t1 - t0;
-        p.active = false;
-        int64_t off = 0;
-        for (size_t k = 0; k < values_[m.id].size(); ++k) {
-          const DataPtr dst = store.create(values_[m.id][k], m.mb, elems_[m.id][k]);
-          const int64_t bytes = elems_[m.id][k] * dtype_bytes(dst.dtype);
-          mem.copy(dst.data, static_cast<const char*>(p.buf.data()) + off, bytes);
-          off += bytes;
-        }
-        give_buffer(std::move(p.buf));
-        st.bytes_received += off;
-        ++st.messages_received;
-        record_transfer(m, /*send=*/false, p.posted, t0, t1);
-        break;
-      }
-    }
-    comm_.progress();  // let in-flight transfers and collectives move between ops
-  }
+  Link link(*this, backend, store);
+  StatsRecorder stats(st, bytes_);
+  TimelineRecorder timeline(sch_, opt.timeline, opt.time_origin);
+  AfterLastCompute hook(static_cast<int>(sch_.stages[stage_].ops.size()) - 1, after_last_compute);
+  std::array<WalkObserver*, 3> observers{};
+  size_t n = 0;
+  observers[n++] = &stats;
+  if (opt.timeline) observers[n++] = &timeline;
+  if (after_last_compute) observers[n++] = &hook;
+  walker_.reset();
+  walker_.run(link, std::span<WalkObserver* const>(observers.data(), n));
   st.total_s = now_s() - t_start;
+  st.loss_share = link.loss_share();
   st.peak_stash_bytes = store.peak_stash_bytes();
   st.peak_bytes = store.peak_bytes();
-  for (const Message* m : by_id_) {
-    if (!m) continue;
-    if (sends_[m->id].active || recvs_[m->id].active)
-      throw Error("executor: stage " + std::to_string(stage_) + " ended the step with " +
-                  describe(*m, sends_[m->id].active) +
-                  " still in flight (the lowering lacks its wait)");
-  }
   if (store.size() != 0)
     throw Error("executor: stage " + std::to_string(stage_) + " ended the step holding " +
                 store.describe() + " (schedule and recompute policy disagree)");

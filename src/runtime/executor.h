@@ -1,14 +1,15 @@
-// The distributed executor: one pipeline stage walks its lowered op list (schedule/lower.h) for one
-// training step. Receives are posted when the lowering says (early, one batched exchange per step),
-// compute runs through a ComputeBackend, sends start right after the op that produced them, a
-// receive is waited for only right before the op that consumes it, and a send buffer is freed when
-// its send completes. Message tags are the per-link sequence numbers lower() assigns (Message::tag),
-// so they stay far below any MPI tag limit. Every wait carries a watchdog description naming the
-// message, the op it feeds and the peer stage. Messages are bytes: the values packed back to back in
-// their types (value_dtype) into a buffer of the store's backend memory with backend copies. The
-// stash lives in the ValueStore and
-// follows the recompute policy exactly (the model marks it); its peak is reported per step and must
-// equal the validator's prediction.
+// The distributed executor: one pipeline stage runs its lowered program (schedule/lower.h) for one
+// training step. The walker (schedule/walker.h) steps the program and decides what each op means;
+// the executor is its transport: compute runs through a ComputeBackend, send.start packs the
+// message's values and starts an isend, recv.start posts an irecv (early, where the lowering put
+// it), the waits block in Comm::wait, a completed send frees its buffer and a completed receive
+// unpacks into the store. Statistics, the timeline and the after-last-compute hook are observers.
+// Message tags are the per-link sequence numbers lower() assigns (Message::tag), so they stay far
+// below any MPI tag limit. Every wait carries a watchdog description naming the message, the op it
+// feeds and the peer stage. Messages are bytes: the values packed back to back, each in its type
+// (value_dtype), into a buffer of the store's backend memory with backend copies. The stash lives in the backend's ValueStore and follows the recompute
+// policy exactly (the model marks it); its peak is reported per step and must equal the
+// validator's prediction.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,8 @@
 #include "model/value_store.h"
 #include "schedule/ir.h"
 #include "schedule/lower.h"
-#include "sim/timeline.h"
+#include "schedule/timeline.h"
+#include "schedule/walker.h"
 #include "util/model_config.h"
 
 namespace hp {
@@ -49,7 +51,6 @@ class ModelBackend : public ComputeBackend {
     model_.run(op, ctx, store, batch_of_(op.mb));
     return 0;
   }
-  void set_batches(std::function<Batch(int mb)> batch_of) { batch_of_ = std::move(batch_of); }
 
  private:
   Model& model_;
@@ -61,7 +62,6 @@ struct StageStats {
   double total_s = 0;      // wall time of the step's op list
   double busy_s = 0;       // inside compute ops
   double comm_wait_s = 0;  // blocked in recv.wait / send.wait
-  double idle_s() const { return total_s - busy_s; }  // bubble + waits + bookkeeping
   double bubble_fraction() const { return total_s > 0 ? 1.0 - busy_s / total_s : 0; }
   int64_t peak_stash_bytes = 0;  // measured between ops (validator's definition)
   int64_t peak_bytes = 0;        // everything in the store, incl. in-flight values
@@ -101,13 +101,19 @@ class StageExecutor {
   const Schedule& schedule() const { return sch_; }
 
  private:
+  class Link;  // the walker's transport over the comm (executor.cc)
   struct Pending {
     Request req;
     RawBuffer buf;  // packed values of the message, in the store's backend memory
-    bool active = false;
-    double posted = 0;
   };
   std::string describe(const Message& m, bool send) const;
+  // Message buffers: the values of message `m` packed one after another in Message::values order.
+  void pack(const Message& m, const ValueStore& store, RawBuffer& buf) const;
+  void unpack(const Message& m, const RawBuffer& buf, ValueStore& store) const;
+  // Buffers are recycled across messages and steps (fresh memory is slow to touch): a completed
+  // send or receive gives its buffer back, the next one takes the best fit.
+  RawBuffer take_buffer(Backend& be, int64_t bytes);
+  void give_buffer(RawBuffer&& buf);
 
   const Schedule& sch_;
   int stage_;
@@ -115,18 +121,18 @@ class StageExecutor {
   ModelConfig cfg_;
   int64_t tokens_;
   ScheduleIndex index_;
-  std::vector<const Message*> by_id_;
-  // Per message id: sizes of its values (elements), in Message::values order.
-  std::vector<std::vector<int64_t>> elems_;
+  Walker walker_;  // this stage's program, matched by the comm
+  // Per message id: its values, their sizes (elements) and the total, in Message::values order.
   std::vector<std::vector<Value>> values_;
-  // Bytes of a message's values back to back, each in its type under the store's precision.
-  int64_t message_bytes(int id, const ValueStore& store) const;
-  // Message buffers are recycled across messages and steps (fresh memory is slow to touch):
-  // a completed send or receive gives its buffer back, the next one takes the best fit.
+  std::vector<std::vector<int64_t>> elems_;
+  std::vector<int64_t> total_elems_;
+  // Per message id: its bytes under the precision of the store being run (set by run()).
+  std::vector<int64_t> bytes_;
+  // Per message id of this stage: the watchdog descriptions of its send / its receive.
+  std::vector<std::string> send_what_, recv_what_;
   std::vector<RawBuffer> spare_;
-  RawBuffer take_buffer(Backend& be, int64_t bytes);
-  void give_buffer(RawBuffer&& buf);
   std::vector<Pending> sends_, recvs_;  // indexed by message id (only this stage's are used)
+  std::vector<PartContext> ctx_;        // the parts of the op being run
 };
 
 }  // namespace hp

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "comm/comm.h"
-#include "sim/timeline.h"
+#include "schedule/timeline.h"
 
 namespace hp {
 

@@ -2,6 +2,7 @@
 #include "schedule/ir.h"
 
 #include <charconv>
+#include <iterator>
 
 #include "util/error.h"
 
@@ -108,14 +109,11 @@ TransferMode parse_transfer(std::string_view t) {
 }
 
 const char* op_kind_str(OpKind k) {
-  switch (k) {
-    case OpKind::kCompute: return "compute";
-    case OpKind::kSendStart: return "send.start";
-    case OpKind::kSendWait: return "send.wait";
-    case OpKind::kRecvStart: return "recv.start";
-    case OpKind::kRecvWait: return "recv.wait";
-  }
-  return "?";
+  // In enum order (a name table; what the kinds mean lives in schedule/walker.h).
+  static const char* const kNames[] = {"compute", "send.start", "send.wait", "recv.start",
+                                       "recv.wait"};
+  const auto i = static_cast<size_t>(k);
+  return i < std::size(kNames) ? kNames[i] : "?";
 }
 
 std::vector<Part> recompute_parts(const ComputeOp& op, Recompute policy) {

@@ -96,6 +96,9 @@ struct Message {
 
 enum class OpKind : uint8_t { kCompute, kSendStart, kSendWait, kRecvStart, kRecvWait };
 const char* op_kind_str(OpKind k);  // "compute", "send.start", "send.wait", "recv.start", "recv.wait"
+// send.start and send.wait run on a message's source stage, recv.start and recv.wait on its
+// destination (schedule/walker.h says what each means).
+inline bool runs_on_sender(OpKind k) { return k == OpKind::kSendStart || k == OpKind::kSendWait; }
 
 struct LoweredOp {
   OpKind kind = OpKind::kCompute;

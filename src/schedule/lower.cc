@@ -5,6 +5,7 @@
 #include <map>
 #include <utility>
 
+#include "schedule/walker.h"
 #include "util/error.h"
 
 namespace hp {
@@ -32,60 +33,133 @@ std::string where(const Schedule& s, int stage, int op) {
          op_str(s.stages[stage].ops[op]) + ")";
 }
 
-// Replays the lowered programs under blocking in-order semantics (a transfer happens once its send
-// and its receive are both posted and every earlier message on its link has moved; a wait blocks
-// until its transfer happened). Whenever every stage is blocked, each stage blocked on a send.wait
-// moves that wait past its next start or compute op: it frees the buffer later, but lets the stage
-// go on. Stops when every stage has finished or nothing can move (a real deadlock, which the
-// validator reports).
-void defer_blocking_send_waits(Schedule& s) {
-  const int p = s.num_stages;
-  const size_t n = s.messages.size();
-  if (n == 0) return;
-  std::vector<char> sent(n, 0), posted(n, 0), done(n, 0);
-  std::map<std::pair<int, int>, std::vector<int>> link;  // ids in send-start order
-  for (int st = 0; st < p; ++st)
-    for (const LoweredOp& op : s.stages[st].lowered)
-      if (op.kind == OpKind::kSendStart) link[{st, s.messages[op.index].dst}].push_back(op.index);
-  std::map<std::pair<int, int>, size_t> head;
-  std::vector<size_t> pc(p, 0);
-  for (;;) {
-    bool moved = false;
-    for (int st = 0; st < p; ++st) {
-      const auto& prog = s.stages[st].lowered;
-      while (pc[st] < prog.size()) {
-        const LoweredOp& op = prog[pc[st]];
-        if (op.kind == OpKind::kSendStart || op.kind == OpKind::kRecvStart) {
-          (op.kind == OpKind::kSendStart ? sent : posted)[op.index] = 1;
-          const Message& m = s.messages[op.index];
-          auto& q = link[{m.src, m.dst}];
-          size_t& h = head[{m.src, m.dst}];
-          while (h < q.size() && sent[q[h]] && posted[q[h]]) done[q[h++]] = 1;
-        } else if (op.kind != OpKind::kCompute && !done[op.index]) {
-          break;
+// What lower() learns in step 1: per (stage, op) the messages it produces and consumes (ids), and
+// per ordered pair of stages its messages in send order.
+struct Traffic {
+  std::vector<std::vector<std::vector<int>>> produced, consumed;
+  std::map<std::pair<int, int>, std::vector<int>> link;
+};
+
+// Step 1: the messages, in (stage, op, part) order, with their tags.
+void add_messages(Schedule& s, const ScheduleIndex& index, const ModelConfig* cfg,
+                  int64_t tokens_per_mb, Traffic& t) {
+  const int p = s.num_stages, L = s.layers;
+  auto& produced = t.produced;
+  auto& consumed = t.consumed;
+  produced.assign(p, {});
+  consumed.assign(p, {});
+  for (int st = 0; st < p; ++st) {
+    produced[st].resize(s.stages[st].ops.size());
+    consumed[st].resize(s.stages[st].ops.size());
+  }
+  for (int st = 0; st < p; ++st) {
+    const auto& ops = s.stages[st].ops;
+    for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+      const ComputeOp& op = ops[i];
+      if (op.dir == Dir::kW) continue;
+      const bool fwd = op.dir == Dir::kF;
+      for (int k = 0; k < static_cast<int>(op.parts.size()); ++k) {
+        const Part& part = op.parts[k];
+        const PartContext ctx = index.context(st, i, k);
+        if (op.dir == Dir::kI && part.kind == PartKind::kAttn && ctx.attn_remote &&
+            s.transfer == TransferMode::kWeights) {
+          fail("lower: {} splits the backward of {} (micro-batch {}) into I and W while attention "
+               "runs away from pre:{} in weights transfer mode: dW:{} would have no op to travel "
+               "with. Use a full backward (B) for it, or --transfer=activations",
+               where(s, st, i), part.str(), op.mb, part.layer, part.layer);
         }
-        ++pc[st];
-        moved = true;
+        Part peer;
+        if (!(fwd ? next_part(part, L, &peer) : prev_part(part, L, &peer))) continue;
+        if (k + 1 < static_cast<int>(op.parts.size()) && op.parts[k + 1] == peer) continue;
+        const PartLocation& to = fwd ? index.forward(peer, op.mb) : index.backward(peer, op.mb);
+        HP_CHECK(to.found(),
+                 "lower: {} hands {} of {} (micro-batch {}) to {}, whose {} runs on no stage "
+                 "(run 'helixpipe validate' for a full report)",
+                 where(s, st, i), fwd ? "the forward output" : "the gradient", part.str(), op.mb,
+                 peer.str(), fwd ? "forward" : "backward");
+        if (to.stage == st) continue;  // stays on this stage
+        Message m;
+        m.id = static_cast<int>(s.messages.size());
+        m.src = st;
+        m.dst = to.stage;
+        m.mb = op.mb;
+        m.dir = fwd ? Dir::kF : Dir::kB;
+        m.from = part;
+        m.to = peer;
+        const std::vector<Value> vals =
+            fwd ? forward_outputs(part, ctx, L) : backward_outputs(part, ctx, L);
+        for (const Value& v : vals) m.values.push_back(v.str());
+        m.bytes = cfg ? values_bytes(vals, *cfg, tokens_per_mb) : 0;
+        m.producer = i;
+        m.consumer = to.op;
+        produced[st][i].push_back(m.id);
+        consumed[to.stage][to.op].push_back(m.id);
+        s.messages.push_back(std::move(m));
       }
     }
-    bool finished = true;
-    for (int st = 0; st < p; ++st) finished = finished && pc[st] == s.stages[st].lowered.size();
-    if (finished) return;
-    if (moved) continue;
-    for (int st = 0; st < p; ++st) {
-      auto& prog = s.stages[st].lowered;
-      if (pc[st] >= prog.size() || prog[pc[st]].kind != OpKind::kSendWait) continue;
-      size_t j = pc[st] + 1;
-      while (j < prog.size() &&
-             (prog[j].kind == OpKind::kSendWait || prog[j].kind == OpKind::kRecvWait))
-        ++j;
-      if (j >= prog.size()) continue;
-      const LoweredOp w = prog[pc[st]];
-      prog.erase(prog.begin() + static_cast<std::ptrdiff_t>(pc[st]));
-      prog.insert(prog.begin() + static_cast<std::ptrdiff_t>(j), w);  // right after op j
-      moved = true;
+  }
+  // Tags: position on the link in send order (= id order, as sends follow op order).
+  for (Message& m : s.messages) {
+    auto& q = t.link[{m.src, m.dst}];
+    m.tag = static_cast<int>(q.size());
+    q.push_back(m.id);
+  }
+  for (int st = 0; st < p; ++st)
+    for (auto& c : consumed[st]) std::sort(c.begin(), c.end());
+}
+
+// Step 2: per stage, same-fold neighbours, receive anchors, then the lowered program.
+void place_ops(Schedule& s, const Traffic& t) {
+  const int p = s.num_stages;
+  const auto& produced = t.produced;
+  const auto& consumed = t.consumed;
+  std::vector<std::vector<int>> prev_same(p), next_same(p);
+  for (int st = 0; st < p; ++st) {
+    const auto& ops = s.stages[st].ops;
+    const int n = static_cast<int>(ops.size());
+    prev_same[st].assign(n, -1);
+    next_same[st].assign(n, -1);
+    std::map<int, int> last;  // fold -> last op index
+    for (int i = 0; i < n; ++i) {
+      auto it = last.find(ops[i].fold);
+      if (it != last.end()) {
+        prev_same[st][i] = it->second;
+        next_same[st][it->second] = i;
+      }
+      last[ops[i].fold] = i;
     }
-    if (!moved) return;
+  }
+  // anchor[msg]: the receiver posts it right after this compute op (-1: at program start).
+  std::vector<int> anchor(s.messages.size());
+  for (const Message& m : s.messages) anchor[m.id] = prev_same[m.dst][m.consumer];
+  for (const auto& [key, q] : t.link)
+    for (int k = static_cast<int>(q.size()) - 2; k >= 0; --k)
+      anchor[q[k]] = std::min(anchor[q[k]], anchor[q[k + 1]]);
+  for (int st = 0; st < p; ++st) {
+    const int n = static_cast<int>(s.stages[st].ops.size());
+    std::vector<std::vector<int>> posts(n + 1);  // posts[a + 1]: recvs anchored after op a
+    std::vector<std::vector<int>> send_waits_after(n), final_waits;
+    for (const Message& m : s.messages)
+      if (m.dst == st) posts[anchor[m.id] + 1].push_back(m.id);
+    for (auto& group : posts) {
+      std::sort(group.begin(), group.end(), [&](int a, int b) {
+        const Message &x = s.messages[a], &y = s.messages[b];
+        return x.src != y.src ? x.src < y.src : x.tag < y.tag;
+      });
+    }
+    auto& out = s.stages[st].lowered;
+    for (int id : posts[0]) out.push_back({OpKind::kRecvStart, id});
+    for (int i = 0; i < n; ++i) {
+      for (int id : consumed[st][i]) out.push_back({OpKind::kRecvWait, id});
+      out.push_back({OpKind::kCompute, i});
+      if (prev_same[st][i] >= 0)
+        for (int id : produced[st][prev_same[st][i]]) out.push_back({OpKind::kSendWait, id});
+      for (int id : produced[st][i]) out.push_back({OpKind::kSendStart, id});
+      for (int id : posts[i + 1]) out.push_back({OpKind::kRecvStart, id});
+    }
+    for (int i = 0; i < n; ++i)
+      if (next_same[st][i] < 0)
+        for (int id : produced[st][i]) out.push_back({OpKind::kSendWait, id});
   }
 }
 
@@ -162,140 +236,43 @@ PartContext part_context(const Schedule& s, int stage, int op, int k) {
   return ScheduleIndex(s).context(stage, op, k);
 }
 
+// A walk of the lowered programs under rendezvous FIFO matching. Whenever every stage is held, each
+// stage held at a send.wait moves that wait past its next start or compute op.
+void defer_blocking_send_waits(Schedule& s) {
+  if (s.messages.empty()) return;
+  Walker walker(s, Matching::kRendezvous, "lower");
+  NullTransport order_only;
+  while (!walker.run(order_only)) {
+    bool moved = false;
+    for (const StuckWait& w : walker.stuck()) {
+      if (w.op.kind != OpKind::kSendWait) continue;
+      auto& prog = s.stages[w.stage].lowered;
+      size_t j = w.pos + 1;
+      while (j < prog.size() &&
+             (prog[j].kind == OpKind::kSendWait || prog[j].kind == OpKind::kRecvWait))
+        ++j;
+      if (j >= prog.size()) continue;
+      const LoweredOp wait = prog[w.pos];
+      prog.erase(prog.begin() + static_cast<std::ptrdiff_t>(w.pos));
+      prog.insert(prog.begin() + static_cast<std::ptrdiff_t>(j), wait);  // right after op j
+      moved = true;
+    }
+    if (!moved) return;
+  }
+}
+
+
 void lower(Schedule& s, const ModelConfig* cfg, int64_t tokens_per_mb) {
-  const int p = s.num_stages, L = s.layers;
-  HP_CHECK(static_cast<int>(s.stages.size()) == p,
-           "lower: schedule '{}' says {} stages but lists {}", s.name, p, s.stages.size());
+  HP_CHECK(static_cast<int>(s.stages.size()) == s.num_stages,
+           "lower: schedule '{}' says {} stages but lists {}", s.name, s.num_stages,
+           s.stages.size());
   s.messages.clear();
   for (Stage& st : s.stages) st.lowered.clear();
   const ScheduleIndex index(s);
-
-  // 1. Messages, in (stage, op, part) order; consumer lists per (stage, op).
-  std::vector<std::vector<std::vector<int>>> produced(p), consumed(p);
-  for (int st = 0; st < p; ++st) {
-    produced[st].resize(s.stages[st].ops.size());
-    consumed[st].resize(s.stages[st].ops.size());
-  }
-  for (int st = 0; st < p; ++st) {
-    const auto& ops = s.stages[st].ops;
-    for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
-      const ComputeOp& op = ops[i];
-      if (op.dir == Dir::kW) continue;
-      const bool fwd = op.dir == Dir::kF;
-      for (int k = 0; k < static_cast<int>(op.parts.size()); ++k) {
-        const Part& part = op.parts[k];
-        const PartContext ctx = index.context(st, i, k);
-        if (op.dir == Dir::kI && part.kind == PartKind::kAttn && ctx.attn_remote &&
-            s.transfer == TransferMode::kWeights) {
-          fail("lower: {} splits the backward of {} (micro-batch {}) into I and W while attention "
-               "runs away from pre:{} in weights transfer mode: dW:{} would have no op to travel "
-               "with. Use a full backward (B) for it, or --transfer=activations",
-               where(s, st, i), part.str(), op.mb, part.layer, part.layer);
-        }
-        Part peer;
-        if (!(fwd ? next_part(part, L, &peer) : prev_part(part, L, &peer))) continue;
-        if (k + 1 < static_cast<int>(op.parts.size()) && op.parts[k + 1] == peer) continue;
-        const PartLocation& to = fwd ? index.forward(peer, op.mb) : index.backward(peer, op.mb);
-        HP_CHECK(to.found(),
-                 "lower: {} hands {} of {} (micro-batch {}) to {}, whose {} runs on no stage "
-                 "(run 'helixpipe validate' for a full report)",
-                 where(s, st, i), fwd ? "the forward output" : "the gradient", part.str(), op.mb,
-                 peer.str(), fwd ? "forward" : "backward");
-        if (to.stage == st) continue;  // stays on this stage
-        Message m;
-        m.id = static_cast<int>(s.messages.size());
-        m.src = st;
-        m.dst = to.stage;
-        m.mb = op.mb;
-        m.dir = fwd ? Dir::kF : Dir::kB;
-        m.from = part;
-        m.to = peer;
-        const std::vector<Value> vals =
-            fwd ? forward_outputs(part, ctx, L) : backward_outputs(part, ctx, L);
-        for (const Value& v : vals) m.values.push_back(v.str());
-        m.bytes = cfg ? values_bytes(vals, *cfg, tokens_per_mb) : 0;
-        m.producer = i;
-        m.consumer = to.op;
-        produced[st][i].push_back(m.id);
-        consumed[to.stage][to.op].push_back(m.id);
-        s.messages.push_back(std::move(m));
-      }
-    }
-  }
-  // Tags: position on the link in send order (= id order, as sends follow op order).
-  std::map<std::pair<int, int>, std::vector<int>> link;
-  for (Message& m : s.messages) {
-    auto& q = link[{m.src, m.dst}];
-    m.tag = static_cast<int>(q.size());
-    q.push_back(m.id);
-  }
-  for (int st = 0; st < p; ++st)
-    for (auto& c : consumed[st]) std::sort(c.begin(), c.end());
-
-  // 2. Per stage: same-fold neighbours, recv anchors, then the lowered program.
-  std::vector<std::vector<int>> prev_same(p), next_same(p);
-  for (int st = 0; st < p; ++st) {
-    const auto& ops = s.stages[st].ops;
-    const int n = static_cast<int>(ops.size());
-    prev_same[st].assign(n, -1);
-    next_same[st].assign(n, -1);
-    std::map<int, int> last;  // fold -> last op index
-    for (int i = 0; i < n; ++i) {
-      auto it = last.find(ops[i].fold);
-      if (it != last.end()) {
-        prev_same[st][i] = it->second;
-        next_same[st][it->second] = i;
-      }
-      last[ops[i].fold] = i;
-    }
-  }
-  // anchor[msg]: the receiver posts it right after this compute op (-1: at program start).
-  std::vector<int> anchor(s.messages.size());
-  for (const Message& m : s.messages) anchor[m.id] = prev_same[m.dst][m.consumer];
-  for (auto& [key, q] : link)
-    for (int k = static_cast<int>(q.size()) - 2; k >= 0; --k)
-      anchor[q[k]] = std::min(anchor[q[k]], anchor[q[k + 1]]);
-  for (int st = 0; st < p; ++st) {
-    const int n = static_cast<int>(s.stages[st].ops.size());
-    std::vector<std::vector<int>> posts(n + 1);  // posts[a + 1]: recvs anchored after op a
-    std::vector<std::vector<int>> send_waits_after(n), final_waits;
-    for (const Message& m : s.messages)
-      if (m.dst == st) posts[anchor[m.id] + 1].push_back(m.id);
-    for (auto& group : posts) {
-      std::sort(group.begin(), group.end(), [&](int a, int b) {
-        const Message &x = s.messages[a], &y = s.messages[b];
-        return x.src != y.src ? x.src < y.src : x.tag < y.tag;
-      });
-    }
-    auto& out = s.stages[st].lowered;
-    for (int id : posts[0]) out.push_back({OpKind::kRecvStart, id});
-    for (int i = 0; i < n; ++i) {
-      for (int id : consumed[st][i]) out.push_back({OpKind::kRecvWait, id});
-      out.push_back({OpKind::kCompute, i});
-      if (prev_same[st][i] >= 0)
-        for (int id : produced[st][prev_same[st][i]]) out.push_back({OpKind::kSendWait, id});
-      for (int id : produced[st][i]) out.push_back({OpKind::kSendStart, id});
-      for (int id : posts[i + 1]) out.push_back({OpKind::kRecvStart, id});
-    }
-    for (int i = 0; i < n; ++i)
-      if (next_same[st][i] < 0)
-        for (int id : produced[st][i]) out.push_back({OpKind::kSendWait, id});
-  }
+  Traffic traffic;
+  add_messages(s, index, cfg, tokens_per_mb, traffic);
+  place_ops(s, traffic);
   defer_blocking_send_waits(s);
-}
-
-std::vector<int> messages_into(const Schedule& s, int stage, int op) {
-  std::vector<int> out;
-  for (size_t i = 0; i < s.messages.size(); ++i)
-    if (s.messages[i].dst == stage && s.messages[i].consumer == op) out.push_back(static_cast<int>(i));
-  return out;
-}
-
-std::vector<int> messages_out_of(const Schedule& s, int stage, int op) {
-  std::vector<int> out;
-  for (size_t i = 0; i < s.messages.size(); ++i)
-    if (s.messages[i].src == stage && s.messages[i].producer == op) out.push_back(static_cast<int>(i));
-  return out;
 }
 
 }  // namespace hp

@@ -13,7 +13,7 @@
 //     fold (so at most one exchange per fold is in flight), or at the end of the program.
 //     Where that would block forever under rendezvous semantics (a sender running several ops
 //     ahead of its receiver, as in interleaved 1F1B's warm-up), the wait moves later, one op at a
-//     time, until the blocking in-order replay finishes.
+//     time, until a walk of the programs under rendezvous FIFO matching (walker.h) finishes.
 // Receives on a link (src, dst) are posted in the order the sender starts its sends, so a FIFO
 // link (the simulator's model) never blocks on a later message.
 //
@@ -81,9 +81,11 @@ PartContext part_context(const Schedule& s, int stage, int op, int k);
 // have no op to travel with).
 void lower(Schedule& s, const ModelConfig* cfg = nullptr, int64_t tokens_per_mb = 0);
 
-// Messages a compute op consumes / produces, by index into s.messages, in id order (lowered
-// schedules only). Handy for the runtime and tests.
-std::vector<int> messages_into(const Schedule& s, int stage, int op);
-std::vector<int> messages_out_of(const Schedule& s, int stage, int op);
+// The last step of lower(), on its own for hand-edited programs: walks the lowered programs under
+// rendezvous FIFO matching (walker.h); whenever every unfinished stage is held, each stage held at
+// a send.wait moves that wait past its next start or compute op (it frees the buffer later but lets
+// the stage go on). Stops when every stage finishes or nothing moves (a real deadlock: the
+// validator reports it).
+void defer_blocking_send_waits(Schedule& s);
 
 }  // namespace hp

@@ -386,7 +386,7 @@ std::string lowered_to_text(const Schedule& s) {
         out += fmt::format("  {:<11} #{} (no such message)\n", op_kind_str(op.kind), op.index);
         continue;
       }
-      const bool send = op.kind == OpKind::kSendStart || op.kind == OpKind::kSendWait;
+      const bool send = runs_on_sender(op.kind);
       std::string vals;
       for (const std::string& v : m->values) vals += (vals.empty() ? "" : " ") + v;
       out += fmt::format("  {:<11} #{:<5} {} s{}  {}{} {} -> {}  [{}]  {} B  tag {}\n",

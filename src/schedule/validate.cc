@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "schedule/lower.h"
+#include "schedule/walker.h"
 #include "util/error.h"
 
 namespace hp {
@@ -19,11 +20,6 @@ constexpr size_t kMaxErrors = 25;
 
 std::string where(const Schedule& s, int st, int op) {
   return fmt::format("stage {} op {} ({})", st, op, op_str(s.stages[st].ops[op]));
-}
-
-std::string msg_label(const Message& m) {
-  return fmt::format("message {} ({}{} {} -> {}, stage {} -> {})", m.id, dir_str(m.dir), m.mb,
-                     m.from.str(), m.to.str(), m.src, m.dst);
 }
 
 std::string join(const std::vector<std::string>& v, const char* sep = " ") {
@@ -273,14 +269,15 @@ void check_lowered(const Schedule& s, const ScheduleIndex& index, const Validate
         continue;
       }
       const Message& m = s.messages[it->second];
-      const bool send = op.kind == OpKind::kSendStart || op.kind == OpKind::kSendWait;
+      const bool send = runs_on_sender(op.kind);
       if ((send ? m.src : m.dst) != st) {
         err.add("stage {}: lowered op {} is a {} of {}, which belongs to stage {}", st, j,
-                op_kind_str(op.kind), msg_label(m), send ? m.src : m.dst);
+                op_kind_str(op.kind), message_label(m), send ? m.src : m.dst);
         continue;
       }
       auto& slot = pos[static_cast<int>(op.kind)][it->second];
-      if (slot.first >= 0) err.add("stage {}: {} of {} appears twice", st, op_kind_str(op.kind), msg_label(m));
+      if (slot.first >= 0)
+        err.add("stage {}: {} of {} appears twice", st, op_kind_str(op.kind), message_label(m));
       slot = {st, j};
     }
     if (expect != static_cast<int>(s.stages[st].ops.size()))
@@ -297,33 +294,37 @@ void check_lowered(const Schedule& s, const ScheduleIndex& index, const Validate
               rw = pos[static_cast<int>(OpKind::kRecvWait)][i].second;
     if (ss < 0 || sw < 0 || rw < 0) {
       const bool recv = ss >= 0 && sw >= 0;
-      err.add("{} lacks its {} on stage {}", msg_label(m),
-              ss < 0 ? "send.start" : sw < 0 ? "send.wait" : "recv.wait", recv ? m.dst : m.src);
+      err.add("{} lacks its {} on stage {}", message_label(m),
+              ss < 0   ? "send.start"
+              : sw < 0 ? "send.wait"
+                       : "recv.wait",
+              recv ? m.dst : m.src);
       continue;
     }
-    if (sw < ss) err.add("stage {}: the send.wait of {} comes before its send.start", m.src, msg_label(m));
+    if (sw < ss)
+      err.add("stage {}: the send.wait of {} comes before its send.start", m.src, message_label(m));
     if (rs >= 0 && rw < rs)
-      err.add("stage {}: the recv.wait of {} comes before its recv.start", m.dst, msg_label(m));
+      err.add("stage {}: the recv.wait of {} comes before its recv.start", m.dst, message_label(m));
     const auto& sops = s.stages[m.src].ops;
     const auto& dops = s.stages[m.dst].ops;
     if (m.producer < 0 || m.producer >= static_cast<int>(sops.size()) || m.consumer < 0 ||
         m.consumer >= static_cast<int>(dops.size())) {
-      err.add("{} names producer op {} / consumer op {}, which do not exist", msg_label(m),
+      err.add("{} names producer op {} / consumer op {}, which do not exist", message_label(m),
               m.producer, m.consumer);
       continue;
     }
     if (ss < compute_pos[m.src][m.producer])
-      err.add("stage {}: {} starts sending before its producer {} runs", m.src, msg_label(m),
+      err.add("stage {}: {} starts sending before its producer {} runs", m.src, message_label(m),
               where(s, m.src, m.producer));
     if (rw > compute_pos[m.dst][m.consumer])
-      err.add("stage {}: {} is waited for after its consumer {} runs", m.dst, msg_label(m),
+      err.add("stage {}: {} is waited for after its consumer {} runs", m.dst, message_label(m),
               where(s, m.dst, m.consumer));
     // Contents: the producing part's outputs for this micro-batch.
     const ComputeOp& prod = sops[m.producer];
     auto k = std::find(prod.parts.begin(), prod.parts.end(), m.from);
     if (k == prod.parts.end() || prod.mb != m.mb) {
-      err.add("{} says it comes from {} but {} does not run it for micro-batch {}", msg_label(m),
-              m.from.str(), where(s, m.src, m.producer), m.mb);
+      err.add("{} says it comes from {} but {} does not run it for micro-batch {}",
+              message_label(m), m.from.str(), where(s, m.src, m.producer), m.mb);
       continue;
     }
     const PartContext ctx =
@@ -331,44 +332,48 @@ void check_lowered(const Schedule& s, const ScheduleIndex& index, const Validate
     const std::vector<Value> want = prod.dir == Dir::kF ? forward_outputs(m.from, ctx, L)
                                                         : backward_outputs(m.from, ctx, L);
     if (m.values != value_names(want))
-      err.add("{} carries [{}] but {} hands on [{}]", msg_label(m), join(m.values),
+      err.add("{} carries [{}] but {} hands on [{}]", message_label(m), join(m.values),
               m.from.str(), join(value_names(want)));
     if (opt.model && opt.tokens_per_mb > 0) {
       const int64_t bytes = values_bytes(want, *opt.model, opt.tokens_per_mb);
       if (m.bytes != bytes)
-        err.add("{} says {} bytes but its values take {} bytes for this model", msg_label(m),
+        err.add("{} says {} bytes but its values take {} bytes for this model", message_label(m),
                 m.bytes, bytes);
     }
   }
   err.finish();
 }
 
+// The order in which every link's sends start and its receives are posted: each stage's program
+// walked on its own (a recv.wait that posts its own receive counts where it stands).
+class PostingOrder : public WalkObserver {
+ public:
+  std::map<std::pair<int, int>, std::vector<int>> sends, recvs;  // (src, dst) -> message ids
+  void on_send_start(int, const Message& m, double) override {
+    sends[{m.src, m.dst}].push_back(m.id);
+  }
+  void on_recv_start(int, const Message& m, double) override {
+    recvs[{m.src, m.dst}].push_back(m.id);
+  }
+};
+
 // 6. Per ordered pair: receives posted in send order.
 void check_matching(const Schedule& s, Errors& err) {
-  std::map<std::pair<int, int>, std::vector<int>> sends, recvs;
-  std::set<int> started;
-  for (int st = 0; st < s.num_stages; ++st)
-    for (const LoweredOp& op : s.stages[st].lowered)
-      if (op.kind == OpKind::kRecvStart) started.insert(op.index);
+  PostingOrder order;
+  {
+    Walker each_stage(s, Matching::kByTransport, "validate");
+    NullTransport none;
+    WalkObserver* obs[] = {&order};
+    each_stage.run(none, obs);
+  }
   std::map<int, const Message*> by_id;
   for (const Message& m : s.messages) by_id[m.id] = &m;
-  for (int st = 0; st < s.num_stages; ++st)
-    for (const LoweredOp& op : s.stages[st].lowered) {
-      if (op.kind == OpKind::kSendStart) {
-        const Message& m = *by_id.at(op.index);
-        sends[{m.src, m.dst}].push_back(m.id);
-      } else if (op.kind == OpKind::kRecvStart ||
-                 (op.kind == OpKind::kRecvWait && !started.count(op.index))) {
-        const Message& m = *by_id.at(op.index);
-        recvs[{m.src, m.dst}].push_back(m.id);
-      }
-    }
   std::set<std::pair<int, int>> links;
-  for (auto& [k, v] : sends) links.insert(k);
-  for (auto& [k, v] : recvs) links.insert(k);
+  for (auto& [k, v] : order.sends) links.insert(k);
+  for (auto& [k, v] : order.recvs) links.insert(k);
   for (const auto& link : links) {
-    const auto& a = sends[link];
-    const auto& b = recvs[link];
+    const auto& a = order.sends[link];
+    const auto& b = order.recvs[link];
     if (a.size() != b.size()) {
       err.add("link stage {} -> {}: {} sends but {} receives", link.first, link.second, a.size(),
               b.size());
@@ -377,165 +382,78 @@ void check_matching(const Schedule& s, Errors& err) {
     for (size_t i = 0; i < a.size(); ++i) {
       if (a[i] == b[i]) continue;
       const Message &x = *by_id.at(a[i]), &y = *by_id.at(b[i]);
-      err.add("link stage {} -> {}: send number {} is {} ({} bytes) but receive number {} posted "
-              "is {} ({} bytes); receives must be posted in send order",
-              link.first, link.second, i + 1, msg_label(x), x.bytes, i + 1, msg_label(y), y.bytes);
+      err.add(
+          "link stage {} -> {}: send number {} is {} ({} bytes) but receive number {} posted "
+          "is {} ({} bytes); receives must be posted in send order",
+          link.first, link.second, i + 1, message_label(x), x.bytes, i + 1, message_label(y),
+          y.bytes);
       break;
     }
   }
   err.finish();
 }
 
-std::string lowered_label(const Schedule& s, const std::map<int, const Message*>& by_id, int st,
-                          const LoweredOp& op) {
-  if (op.kind == OpKind::kCompute) {
-    const ComputeOp& c = s.stages[st].ops[op.index];
-    std::string parts = c.parts.empty() ? "" : c.parts.front().str();
-    if (c.parts.size() > 1) parts += ".." + c.parts.back().str();
-    return fmt::format("{}{}[{}]", dir_str(c.dir), c.mb, parts);
-  }
-  const Message& m = *by_id.at(op.index);
-  const bool send = op.kind == OpKind::kSendStart || op.kind == OpKind::kSendWait;
-  return fmt::format("{}#{}{}s{}", op_kind_str(op.kind), m.id, send ? ">" : "<",
-                     send ? m.dst : m.src);
-}
+// Dataflow over values.h: every input a part reads must have been produced earlier on its stage
+// or received there.
+class DataflowCheck : public WalkObserver {
+ public:
+  DataflowCheck(const Schedule& s, const ScheduleIndex& index, Errors& err)
+      : s_(s), index_(index), err_(err), have_(static_cast<size_t>(s.num_stages)) {}
 
-// 7. Blocking in-order replay with dataflow over values.
-void check_execution(const Schedule& s, const ScheduleIndex& index, Errors& err,
-                     std::string* grid) {
-  const int p = s.num_stages, L = s.layers;
-  const size_t n = s.messages.size();
-  std::map<int, const Message*> by_id;
-  std::map<int, int> idx_of;
-  for (size_t i = 0; i < n; ++i) {
-    by_id[s.messages[i].id] = &s.messages[i];
-    idx_of[s.messages[i].id] = static_cast<int>(i);
-  }
-  std::vector<char> sent(n, 0), posted(n, 0), done(n, 0);
-  std::map<std::pair<int, int>, std::vector<int>> link;
-  std::vector<int> link_pos(n, 0);
-  for (int st = 0; st < p; ++st)
-    for (const LoweredOp& op : s.stages[st].lowered)
-      if (op.kind == OpKind::kSendStart) {
-        const int mi = idx_of.at(op.index);
-        auto& q = link[{st, s.messages[mi].dst}];
-        link_pos[mi] = static_cast<int>(q.size());
-        q.push_back(mi);
-      }
-  std::map<std::pair<int, int>, size_t> head;
-  auto advance_link = [&](int src, int dst) {
-    auto& q = link[{src, dst}];
-    size_t& h = head[{src, dst}];
-    while (h < q.size() && sent[q[h]] && posted[q[h]]) done[q[h++]] = 1;
-  };
-  using Key = std::tuple<int, int, int>;  // value kind, layer, mb
-  std::vector<std::set<Key>> have(p);
-  auto key = [](const Value& v, int mb) { return Key{static_cast<int>(v.kind), v.layer, mb}; };
-  std::vector<size_t> pc(p, 0);
-  size_t data_errors = 0;
-  auto run_compute = [&](int st, int i) {
-    const ComputeOp& op = s.stages[st].ops[i];
+  void on_compute(int st, int i, const OpTimes&) override {
+    const ComputeOp& op = s_.stages[st].ops[i];
     for (int k = 0; k < static_cast<int>(op.parts.size()); ++k) {
       const Part& part = op.parts[k];
-      const PartContext ctx = index.context(st, i, k);
+      const PartContext ctx = index_.context(st, i, k);
       std::vector<Value> in, out;
       if (op.dir == Dir::kF) {
-        in = forward_inputs(part, ctx, L);
-        out = forward_outputs(part, ctx, L);
+        in = forward_inputs(part, ctx, s_.layers);
+        out = forward_outputs(part, ctx, s_.layers);
       } else if (op.dir != Dir::kW) {
-        in = backward_inputs(part, ctx, L);
-        out = backward_outputs(part, ctx, L);
+        in = backward_inputs(part, ctx, s_.layers);
+        out = backward_outputs(part, ctx, s_.layers);
       }
       for (const Value& v : in) {
-        if (have[st].count(key(v, op.mb))) continue;
-        if (data_errors++ < 10)
-          err.add("{}: {} needs {} of micro-batch {}, which is neither produced earlier on stage "
-                  "{} nor received there",
-                  where(s, st, i), part.str(), v.str(), op.mb, st);
+        if (have_[st].count(key(v, op.mb))) continue;
+        if (missing_++ < kShown)
+          err_.add(
+              "{}: {} needs {} of micro-batch {}, which is neither produced earlier on stage "
+              "{} nor received there",
+              where(s_, st, i), part.str(), v.str(), op.mb, st);
       }
-      for (const Value& v : out) have[st].insert(key(v, op.mb));
+      for (const Value& v : out) have_[st].insert(key(v, op.mb));
     }
-  };
-  for (;;) {
-    bool moved = false;
-    for (int st = 0; st < p; ++st) {
-      const auto& prog = s.stages[st].lowered;
-      while (pc[st] < prog.size()) {
-        const LoweredOp& op = prog[pc[st]];
-        if (op.kind == OpKind::kCompute) {
-          run_compute(st, op.index);
-        } else {
-          const int mi = idx_of.at(op.index);
-          const Message& m = s.messages[mi];
-          if (op.kind == OpKind::kSendStart) {
-            sent[mi] = 1;
-          } else if (op.kind == OpKind::kRecvStart) {
-            posted[mi] = 1;
-          } else {
-            if (op.kind == OpKind::kRecvWait) posted[mi] = 1;  // a blocking receive posts itself
-            advance_link(m.src, m.dst);
-            if (!done[mi]) break;
-            if (op.kind == OpKind::kRecvWait)
-              for (const std::string& v : m.values) have[st].insert(key(Value::parse(v), m.mb));
-          }
-          advance_link(m.src, m.dst);
-        }
-        ++pc[st];
-        moved = true;
-      }
-    }
-    if (!moved) break;
   }
-  if (data_errors > 10) err.add("... and {} more missing inputs", data_errors - 10);
-  std::vector<int> stuck;
-  for (int st = 0; st < p; ++st)
-    if (pc[st] < s.stages[st].lowered.size()) stuck.push_back(st);
-  if (stuck.empty()) return;
-  std::string head_line = "deadlock under blocking in-order execution: ";
-  head_line += fmt::format("{} of {} stages can never finish", stuck.size(), p);
-  err.add("{}", head_line);
-  auto state = [&](int st) {
-    if (pc[st] >= s.stages[st].lowered.size()) return std::string("has finished");
-    return fmt::format("is itself stuck at lowered op {} ({})", pc[st],
-                       lowered_label(s, by_id, st, s.stages[st].lowered[pc[st]]));
-  };
-  for (int st : stuck) {
-    const LoweredOp& op = s.stages[st].lowered[pc[st]];
-    const int mi = idx_of.at(op.index);
-    const Message& m = s.messages[mi];
-    std::string why;
-    const auto& q = link[{m.src, m.dst}];
-    if (op.kind == OpKind::kRecvWait && !sent[mi]) {
-      why = fmt::format("stage {} has not started sending it (it would right after {}), and "
-                        "stage {} {}",
-                        m.src, where(s, m.src, m.producer), m.src, state(m.src));
-    } else if (op.kind == OpKind::kSendWait && !posted[mi]) {
-      why = fmt::format("stage {} has not posted its receive (needed by {}), and stage {} {}",
-                        m.dst, where(s, m.dst, m.consumer), m.dst, state(m.dst));
-    } else {
-      const int blocker = q[head[{m.src, m.dst}]];
-      const Message& b = s.messages[blocker];
-      why = fmt::format("it is queued on link {} -> {} behind {}, whose {} is missing", m.src,
-                        m.dst, msg_label(b), !sent[blocker] ? "send" : "receive");
-    }
-    err.add("stage {} is stuck at lowered op {}: {} of {}, consumed by {}: {}", st, pc[st],
-            op_kind_str(op.kind), msg_label(m), where(s, m.dst, m.consumer), why);
+  void on_recv_wait(int st, const Message& m, double, const OpTimes&) override {
+    for (const std::string& v : m.values) have_[st].insert(key(Value::parse(v), m.mb));
   }
-  // The grid: a window of each stage's lowered program around where it stopped.
-  std::string g = "ops around the deadlock ('>>' marks where each stage is stuck):\n";
-  for (int st = 0; st < p; ++st) {
-    const auto& prog = s.stages[st].lowered;
-    const size_t at = std::min(pc[st], prog.size());
-    const size_t from = at >= 4 ? at - 4 : 0, to = std::min(prog.size(), at + 4);
-    g += fmt::format("  stage {:>2} |", st);
-    if (from > 0) g += " ...";
-    for (size_t j = from; j < to; ++j)
-      g += (j == at ? " >>" : " ") + lowered_label(s, by_id, st, prog[j]);
-    if (at >= prog.size()) g += " >>(finished)";
-    else if (to < prog.size()) g += " ...";
-    g += "\n";
+  void finish() {
+    if (missing_ > kShown) err_.add("... and {} more missing inputs", missing_ - kShown);
   }
-  *grid = g;
+
+ private:
+  using Key = std::tuple<int, int, int>;  // value kind, layer, mb
+  static Key key(const Value& v, int mb) { return Key{static_cast<int>(v.kind), v.layer, mb}; }
+  static constexpr size_t kShown = 10;
+  const Schedule& s_;
+  const ScheduleIndex& index_;
+  Errors& err_;
+  std::vector<std::set<Key>> have_;
+  size_t missing_ = 0;
+};
+
+// 7. A walk under rendezvous FIFO matching (walker.h) with the dataflow check.
+void check_execution(const Schedule& s, const ScheduleIndex& index, Errors& err,
+                     std::string* grid) {
+  Walker walker(s, Matching::kRendezvous, "validate");
+  NullTransport none;
+  DataflowCheck dataflow(s, index, err);
+  WalkObserver* obs[] = {&dataflow};
+  const bool finished = walker.run(none, obs);
+  dataflow.finish();
+  if (finished) return;
+  for (const std::string& line : walker.deadlock_report()) err.add("{}", line);
+  *grid = walker.deadlock_grid();
   err.finish();
 }
 
@@ -548,28 +466,22 @@ int64_t stash_bytes(const std::vector<StashItem>& items, const ModelConfig& cfg,
   return n * bytes_per_elem;
 }
 
-std::vector<std::vector<StashItem>> stash_trace(const Schedule& s, int stage) {
-  const ScheduleIndex index(s);
-  const int L = s.layers;
-  std::map<StashItem, int> held;  // refcount per (value, mb)
-  auto add = [&](const std::vector<Value>& vs, int mb) {
-    for (const Value& v : vs) held[StashItem{v, mb}]++;
-  };
-  auto drop = [&](const std::vector<Value>& vs, int mb) {
-    for (const Value& v : vs) {
-      auto it = held.find(StashItem{v, mb});
-      if (it != held.end() && --it->second == 0) held.erase(it);
-    }
-  };
-  std::vector<std::vector<StashItem>> out;
-  const auto& ops = s.stages[stage].ops;
-  for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
-    const ComputeOp& op = ops[i];
+namespace {
+
+// Stash accounting: after every compute op, the set of (value, micro-batch) its stage keeps.
+class StashTracker : public WalkObserver {
+ public:
+  explicit StashTracker(const Schedule& s) : s_(s), index_(s) {}
+  std::vector<std::vector<StashItem>> trace;  // entry i: after the stage's i-th compute op
+
+  void on_compute(int stage, int i, const OpTimes&) override {
+    const ComputeOp& op = s_.stages[stage].ops[i];
+    const int L = s_.layers;
     for (int k = 0; k < static_cast<int>(op.parts.size()); ++k) {
       const Part& part = op.parts[k];
       // The forward's context decides what was kept (first_in_op differs between F and B ops).
-      const PartContext fctx = index.forward_context(part, op.mb);
-      const PartContext ctx = index.context(stage, i, k);
+      const PartContext fctx = index_.forward_context(part, op.mb);
+      const PartContext ctx = index_.context(stage, i, k);
       switch (op.dir) {
         case Dir::kF: add(forward_stash(part, ctx, L), op.mb); break;
         case Dir::kB: drop(forward_stash(part, fctx, L), op.mb); break;
@@ -581,10 +493,34 @@ std::vector<std::vector<StashItem>> stash_trace(const Schedule& s, int stage) {
       }
     }
     std::vector<StashItem> now;
-    for (const auto& [item, count] : held) now.push_back(item);
-    out.push_back(std::move(now));
+    for (const auto& [item, count] : held_) now.push_back(item);
+    trace.push_back(std::move(now));
   }
-  return out;
+
+ private:
+  void add(const std::vector<Value>& vs, int mb) {
+    for (const Value& v : vs) held_[StashItem{v, mb}]++;
+  }
+  void drop(const std::vector<Value>& vs, int mb) {
+    for (const Value& v : vs) {
+      auto it = held_.find(StashItem{v, mb});
+      if (it != held_.end() && --it->second == 0) held_.erase(it);
+    }
+  }
+  const Schedule& s_;
+  const ScheduleIndex index_;
+  std::map<StashItem, int> held_;  // refcount per (value, mb)
+};
+
+}  // namespace
+
+std::vector<std::vector<StashItem>> stash_trace(const Schedule& s, int stage) {
+  Walker walker(s, stage, "stash_trace");
+  NullTransport none;
+  StashTracker tracker(s);
+  WalkObserver* obs[] = {&tracker};
+  walker.run(none, obs);
+  return std::move(tracker.trace);
 }
 
 ValidationReport validate(const Schedule& s, const ValidateOptions& opt) {

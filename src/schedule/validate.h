@@ -10,12 +10,12 @@
 //      (once each, on the right stage, start before wait, after the producer, before the consumer)
 //      and its contents and size against the value table;
 //   6. matching: on every ordered pair of stages the receives are posted in the order the sends
-//      start (count, size, order);
-//   7. execution: replays the lowered programs under blocking in-order semantics (a transfer needs
-//      its send and its receive posted and every earlier message on its link moved; a wait blocks
-//      until it moved), checking at every part that each input value of its micro-batch is on the
-//      stage (dataflow over values.h). A deadlock reports each stuck stage, its op and what it waits
-//      for, and a grid of the ops around it;
+//      start (count, size, order; a recv.wait without a recv.start posts where it stands);
+//   7. execution: walks the lowered programs (schedule/walker.h) under rendezvous FIFO matching (a
+//      transfer needs its send and its receive posted and every earlier message on its link moved;
+//      a wait blocks until it moved), checking at every part that each input value of its
+//      micro-batch is on the stage (dataflow over values.h). A deadlock reports each stuck stage,
+//      its op and what it waits for, and a grid of the ops around it;
 //   8. memory: the stash (a set of (value, micro-batch) per stage, from forward_stash/weight_stash)
 //      after every compute op, and its peak per stage, in bytes for a model config.
 #pragma once
@@ -68,7 +68,8 @@ struct StashItem {
 // The stash of `stage` after each of its compute ops (entry i = after ops[i]), sorted. A value kept
 // by two parts of the stage counts once. F adds forward_stash; B removes it; I adds weight_stash
 // and removes forward_stash; W removes weight_stash. The executor compares its measured stash with
-// this. Requires a schedule whose shape checks pass (validate() first).
+// this. A walk of the stage's program with a stash observer; requires a schedule whose shape
+// checks pass (validate() first).
 std::vector<std::vector<StashItem>> stash_trace(const Schedule& s, int stage);
 
 // Bytes of a stash set for a model config.

@@ -1,32 +1,176 @@
-// The list simulation: per-stage program counters advanced until every stage has finished, with
-// transfers resolved in FIFO order on each directed link.
+// The list simulation: the walker (schedule/walker.h) steps every stage's lowered program over FIFO
+// links; a simulated clock gives each op and transfer its time, an observer records the timeline
+// and the bytes moved.
 #include "sim/simulator.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <unordered_map>
 
+#include "schedule/walker.h"
 #include "util/error.h"
 
 namespace hp {
 
 namespace {
 
-struct Transfer {
-  double send_post = -1, recv_post = -1;
-  bool resolved = false;
-  double start = 0, inject_end = 0, arrival = 0;
-};
-
-std::string message_label(const Message& m) {
+// "F3 post:1->pre:2 s0->s1": how transfers and waits are named in timelines.
+std::string transfer_label(const Message& m) {
   return fmt::format("{}{} {}->{} s{}->s{}", dir_str(m.dir), m.mb, m.from.str(), m.to.str(), m.src,
                      m.dst);
 }
 
-}  // namespace
+// Simulated time: a clock per stage, compute ops priced by the cost model, transfers placed on
+// their link (and, with a shared NIC, on the stages' ports) in the order the walk moves them.
+class SimClock : public WalkTransport {
+ public:
+  SimClock(const Schedule& s, const CostModel& cost, const SimOptions& opt, SimResult& res)
+      : s_(s),
+        cost_(cost),
+        opt_(opt),
+        res_(res),
+        now_(static_cast<size_t>(s.num_stages), 0.0),
+        nic_out_(now_.size(), 0.0),
+        nic_in_(now_.size(), 0.0),
+        tr_(s.messages.size()) {}
 
-SimResult simulate(const Schedule& sched, const CostModel& cost, const SimOptions& opt) {
+  OpTimes compute(int stage, int op) override {
+    const ComputeOp& c = s_.stages[stage].ops[op];
+    double d = cost_.op_time(c, s_.recompute);
+    if (!opt_.stage_time_scale.empty()) d *= opt_.stage_time_scale[static_cast<size_t>(stage)];
+    total_flops_ += cost_.op_flops(c);
+    const OpTimes t{now_[stage], now_[stage] + d};
+    now_[stage] += d;
+    res_.stages[stage].busy += d;
+    return t;
+  }
+  double start_send(int stage, const Message& m) override {
+    return tr_[index(m)].send_post = now_[stage];
+  }
+  double start_recv(int stage, const Message& m) override {
+    return tr_[index(m)].recv_post = now_[stage];
+  }
+  TransferTimes transfer(const Message& m) override {
+    Transfer& t = tr_[index(m)];
+    double& free_at = link_free_[{m.src, m.dst}];
+    t.times.bytes =
+        static_cast<int64_t>(static_cast<double>(m.bytes) * opt_.message_bytes_scale + 0.5);
+    t.times.start = std::max({t.send_post, opt_.rendezvous ? t.recv_post : 0.0, free_at});
+    const bool via_nic = opt_.shared_nic && &cost_.link(m.src, m.dst) != &cost_.link(m.src, m.src);
+    if (via_nic) t.times.start = std::max({t.times.start, nic_out_[m.src], nic_in_[m.dst]});
+    t.times.sent = t.times.start + cost_.transfer_time(m.src, m.dst, t.times.bytes);
+    if (via_nic) nic_out_[m.src] = nic_in_[m.dst] = t.times.sent;
+    t.times.arrival = t.times.sent + cost_.latency(m.src, m.dst);
+    free_at = t.times.sent;  // the wire is busy while bytes go out; latency overlaps the next
+    return t.times;
+  }
+  OpTimes wait_send(int stage, const Message& m) override {
+    return hold(stage, tr_[index(m)].times.sent);
+  }
+  OpTimes wait_recv(int stage, const Message& m) override {
+    return hold(stage, tr_[index(m)].times.arrival);
+  }
+
+  double now(int stage) const { return now_[stage]; }
+  double total_flops() const { return total_flops_; }
+  double last_arrival() const {
+    double t = 0;
+    for (const Transfer& x : tr_) t = std::max(t, x.times.arrival);
+    return t;
+  }
+
+ private:
+  struct Transfer {
+    double send_post = 0, recv_post = 0;
+    TransferTimes times;
+  };
+  size_t index(const Message& m) const { return static_cast<size_t>(&m - s_.messages.data()); }
+  // The stage is held until `until` (when that is later than now).
+  OpTimes hold(int stage, double until) {
+    OpTimes t{now_[stage], now_[stage]};
+    if (until > now_[stage]) {
+      res_.stages[stage].wait += until - now_[stage];
+      now_[stage] = until;
+    }
+    t.end = now_[stage];
+    return t;
+  }
+
+  const Schedule& s_;
+  const CostModel& cost_;
+  const SimOptions& opt_;
+  SimResult& res_;
+  std::vector<double> now_, nic_out_, nic_in_;  // shared_nic: when each port is free
+  std::vector<Transfer> tr_;                    // per message
+  std::map<std::pair<int, int>, double> link_free_;
+  double total_flops_ = 0;
+};
+
+// Bytes per stage and pair, and (optionally) the timeline: compute ops, transfers, waits.
+class SimRecorder : public WalkObserver {
+ public:
+  SimRecorder(const Schedule& s, const CostModel& cost, bool timeline, SimResult& res)
+      : s_(s), cost_(cost), timeline_(timeline), res_(res) {}
+
+  void on_compute(int stage, int op, const OpTimes& t) override {
+    if (timeline_)
+      res_.timeline.events.push_back(
+          compute_event(stage, s_.stages[stage].ops[op], t.start, t.end));
+  }
+  void on_transfer(const Message& m, const TransferTimes& t) override {
+    res_.pair_bytes[{m.src, m.dst}] += t.bytes;
+    res_.stages[m.src].sent_bytes += t.bytes;
+    res_.stages[m.src].messages_sent += 1;
+    res_.stages[m.dst].recv_bytes += t.bytes;
+    if (!timeline_) return;
+    TimelineEvent e = message_event(m, m.src, m.dst, "send");
+    e.bytes = t.bytes;
+    e.start = t.start;
+    e.end = t.sent;
+    e.name = "send " + transfer_label(m);
+    res_.timeline.events.push_back(e);
+    e.category = "recv";
+    e.stage = m.dst;
+    e.peer = m.src;
+    e.start = t.start + cost_.latency(m.src, m.dst);
+    e.end = t.arrival;
+    e.name = "recv " + transfer_label(m);
+    res_.timeline.events.push_back(std::move(e));
+  }
+  void on_send_wait(int stage, const Message& m, double, const OpTimes& t) override {
+    record_wait(stage, m, m.dst, "send", t);
+  }
+  void on_recv_wait(int stage, const Message& m, double, const OpTimes& t) override {
+    record_wait(stage, m, m.src, "recv", t);
+  }
+
+ private:
+  static TimelineEvent message_event(const Message& m, int stage, int peer, const char* category) {
+    TimelineEvent e;
+    e.stage = stage;
+    e.peer = peer;
+    e.category = category;
+    e.mb = m.mb;
+    e.dir = m.dir;
+    e.first_kind = m.from.kind;
+    return e;
+  }
+  void record_wait(int stage, const Message& m, int peer, const char* what, const OpTimes& t) {
+    if (!timeline_ || t.end <= t.start) return;
+    TimelineEvent e = message_event(m, stage, peer, "wait");
+    e.start = t.start;
+    e.end = t.end;
+    e.name = fmt::format("wait {} {}", what, transfer_label(m));
+    res_.timeline.events.push_back(std::move(e));
+  }
+
+  const Schedule& s_;
+  const CostModel& cost_;
+  bool timeline_;
+  SimResult& res_;
+};
+
+void check_options(const Schedule& sched, const SimOptions& opt) {
   const int p = sched.num_stages;
   HP_CHECK(p >= 1 && static_cast<int>(sched.stages.size()) == p,
            "simulate: schedule '{}' says {} stages but has {}", sched.name, p, sched.stages.size());
@@ -35,229 +179,45 @@ SimResult simulate(const Schedule& sched, const CostModel& cost, const SimOption
            "simulate: stage_time_scale has {} entries for {} stages", opt.stage_time_scale.size(), p);
   for (double x : opt.stage_time_scale)
     HP_CHECK(x > 0, "simulate: stage_time_scale entries must be > 0 (got {})", x);
-  bool lowered = sched.is_lowered();
-  HP_CHECK(lowered || p == 1,
+  HP_CHECK(sched.is_lowered() || p == 1,
            "simulate: schedule '{}' has {} stages but no communication ops; lower() it first",
            sched.name, p);
+}
 
-  // Messages by id, and the FIFO order of each directed link (the sender's program order).
-  std::unordered_map<int, int> by_id;
-  for (size_t i = 0; i < sched.messages.size(); ++i) {
-    const Message& m = sched.messages[i];
-    HP_CHECK(by_id.emplace(m.id, static_cast<int>(i)).second, "simulate: message id {} repeats",
-             m.id);
-    HP_CHECK(m.src >= 0 && m.src < p && m.dst >= 0 && m.dst < p && m.src != m.dst,
-             "simulate: message {} goes from stage {} to {} in a {}-stage schedule", m.id, m.src,
-             m.dst, p);
-  }
-  auto msg_index = [&](int stage, const LoweredOp& op) {
-    auto it = by_id.find(op.index);
-    HP_CHECK(it != by_id.end(), "simulate: stage {} has a {} of message {}, which does not exist",
-             stage, op_kind_str(op.kind), op.index);
-    const Message& m = sched.messages[it->second];
-    bool sending = op.kind == OpKind::kSendStart || op.kind == OpKind::kSendWait;
-    HP_CHECK((sending ? m.src : m.dst) == stage,
-             "simulate: stage {} has a {} of message {} ({}), which belongs to stage {}", stage,
-             op_kind_str(op.kind), m.id, message_label(m), sending ? m.src : m.dst);
-    return it->second;
-  };
-  // Per stage, the op sequence to run: the lowered list, or the compute ops when not lowered.
-  std::vector<std::vector<LoweredOp>> program(p);
-  for (int s = 0; s < p; ++s) {
-    const Stage& st = sched.stages[s];
-    if (!st.lowered.empty()) {
-      program[s] = st.lowered;
-    } else {
-      for (size_t i = 0; i < st.ops.size(); ++i)
-        program[s].push_back({OpKind::kCompute, static_cast<int>(i)});
-    }
-  }
-  std::map<std::pair<int, int>, std::vector<int>> link_queue;  // messages in send order
-  std::vector<int> link_pos(sched.messages.size(), -1);
-  for (int s = 0; s < p; ++s) {
-    for (const LoweredOp& op : program[s]) {
-      if (op.kind == OpKind::kCompute) {
-        HP_CHECK(op.index >= 0 && op.index < static_cast<int>(sched.stages[s].ops.size()),
-                 "simulate: stage {} runs compute op {} but has {} ops", s, op.index,
-                 sched.stages[s].ops.size());
-      } else if (op.kind == OpKind::kSendStart) {
-        int mi = msg_index(s, op);
-        HP_CHECK(link_pos[mi] < 0, "simulate: message {} is sent twice", sched.messages[mi].id);
-        auto& q = link_queue[{s, sched.messages[mi].dst}];
-        link_pos[mi] = static_cast<int>(q.size());
-        q.push_back(mi);
-      } else {
-        msg_index(s, op);
-      }
-    }
-  }
-  for (size_t i = 0; i < sched.messages.size(); ++i)
-    HP_CHECK(link_pos[i] >= 0, "simulate: message {} ({}) is never sent", sched.messages[i].id,
-             message_label(sched.messages[i]));
+std::string default_title(const Schedule& s) {
+  return fmt::format("{} p={} m={} L={}{}{}", s.name, s.num_stages, s.microbatches, s.layers,
+                     s.folds > 1 ? fmt::format(" F={}", s.folds) : "",
+                     s.virtual_stages > 1 ? fmt::format(" V={}", s.virtual_stages) : "");
+}
 
-  std::vector<Transfer> tr(sched.messages.size());
-  std::map<std::pair<int, int>, std::pair<size_t, double>> link_state;  // next index, free at
-  std::vector<double> nic_out(p, 0.0), nic_in(p, 0.0);  // shared_nic: when each port is free
+}  // namespace
+
+SimResult simulate(const Schedule& sched, const CostModel& cost, const SimOptions& opt) {
+  check_options(sched, opt);
+  const int p = sched.num_stages;
+  Walker walker(sched, opt.rendezvous ? Matching::kRendezvous : Matching::kBuffered, "simulate");
   SimResult res;
   res.timeline.num_stages = p;
-  res.timeline.title =
-      !opt.title.empty() ? opt.title
-                         : fmt::format("{} p={} m={} L={}{}{}", sched.name, p, sched.microbatches,
-                                       sched.layers,
-                                       sched.folds > 1 ? fmt::format(" F={}", sched.folds) : "",
-                                       sched.virtual_stages > 1
-                                           ? fmt::format(" V={}", sched.virtual_stages)
-                                           : "");
-  auto& events = res.timeline.events;
+  res.timeline.title = !opt.title.empty() ? opt.title : default_title(sched);
   res.stages.resize(p);
   for (int s = 0; s < p; ++s) res.stages[s].stage = s;
-
-  auto bytes_of = [&](const Message& m) {
-    return static_cast<int64_t>(static_cast<double>(m.bytes) * opt.message_bytes_scale + 0.5);
-  };
-  // Starts every transfer at the head of link (src, dst) whose posts are known.
-  auto resolve_link = [&](int src, int dst) {
-    auto& q = link_queue[{src, dst}];
-    auto& [next, free_at] = link_state[{src, dst}];
-    while (next < q.size()) {
-      int mi = q[next];
-      Transfer& t = tr[mi];
-      if (t.send_post < 0 || (opt.rendezvous && t.recv_post < 0)) break;
-      const Message& m = sched.messages[mi];
-      int64_t bytes = bytes_of(m);
-      t.start = std::max({t.send_post, opt.rendezvous ? t.recv_post : 0.0, free_at});
-      const bool via_nic = opt.shared_nic && &cost.link(src, dst) != &cost.link(src, src);
-      if (via_nic) t.start = std::max({t.start, nic_out[src], nic_in[dst]});
-      t.inject_end = t.start + cost.transfer_time(src, dst, bytes);
-      if (via_nic) nic_out[src] = nic_in[dst] = t.inject_end;
-      t.arrival = t.inject_end + cost.latency(src, dst);
-      t.resolved = true;
-      free_at = t.inject_end;  // the wire is busy while bytes go out; latency overlaps the next
-      ++next;
-      res.pair_bytes[{src, dst}] += bytes;
-      res.stages[src].sent_bytes += bytes;
-      res.stages[src].messages_sent += 1;
-      res.stages[dst].recv_bytes += bytes;
-      if (opt.record_timeline) {
-        TimelineEvent e;
-        e.mb = m.mb;
-        e.dir = m.dir;
-        e.first_kind = m.from.kind;
-        e.bytes = bytes;
-        e.category = "send";
-        e.stage = src;
-        e.peer = dst;
-        e.start = t.start;
-        e.end = t.inject_end;
-        e.name = "send " + message_label(m);
-        events.push_back(e);
-        e.category = "recv";
-        e.stage = dst;
-        e.peer = src;
-        e.start = t.start + cost.latency(src, dst);
-        e.end = t.arrival;
-        e.name = "recv " + message_label(m);
-        events.push_back(e);
-      }
-    }
-  };
-
-  std::vector<size_t> pc(p, 0);
-  std::vector<double> now(p, 0.0);
-  double total_flops = 0;
-  auto wait_until = [&](int s, double t, const Message& m, const char* what) {
-    if (t <= now[s]) return;
-    res.stages[s].wait += t - now[s];
-    if (opt.record_timeline) {
-      TimelineEvent e;
-      e.stage = s;
-      e.start = now[s];
-      e.end = t;
-      e.category = "wait";
-      e.name = fmt::format("wait {} {}", what, message_label(m));
-      e.mb = m.mb;
-      e.dir = m.dir;
-      e.first_kind = m.from.kind;
-      e.peer = what[0] == 's' ? m.dst : m.src;
-      events.push_back(std::move(e));
-    }
-    now[s] = t;
-  };
-  for (;;) {
-    bool progress = false, done = true;
-    for (int s = 0; s < p; ++s) {
-      const Stage& st = sched.stages[s];
-      while (pc[s] < program[s].size()) {
-        const LoweredOp& op = program[s][pc[s]];
-        if (op.kind == OpKind::kCompute) {
-          const ComputeOp& c = st.ops[op.index];
-          double d = cost.op_time(c, sched.recompute);
-          if (!opt.stage_time_scale.empty()) d *= opt.stage_time_scale[static_cast<size_t>(s)];
-          total_flops += cost.op_flops(c);
-          if (opt.record_timeline) {
-            TimelineEvent e;
-            e.stage = s;
-            e.start = now[s];
-            e.end = now[s] + d;
-            e.name = compute_event_name(c);
-            e.category = dir_str(c.dir);
-            e.mb = c.mb;
-            e.dir = c.dir;
-            e.first_kind = c.parts.empty() ? PartKind::kEmbed : c.parts.front().kind;
-            e.fold = c.fold;
-            events.push_back(std::move(e));
-          }
-          now[s] += d;
-          res.stages[s].busy += d;
-        } else {
-          int mi = by_id.at(op.index);
-          const Message& m = sched.messages[mi];
-          Transfer& t = tr[mi];
-          if (op.kind == OpKind::kSendStart) {
-            t.send_post = now[s];
-            resolve_link(m.src, m.dst);
-          } else if (op.kind == OpKind::kRecvStart) {
-            HP_CHECK(t.recv_post < 0, "simulate: stage {} posts the receive of message {} twice",
-                     s, m.id);
-            t.recv_post = now[s];
-            resolve_link(m.src, m.dst);
-          } else {
-            if (op.kind == OpKind::kRecvWait && t.recv_post < 0) {  // a blocking receive
-              t.recv_post = now[s];
-              resolve_link(m.src, m.dst);
-            }
-            if (!t.resolved) break;  // blocked: the transfer has not started
-            if (op.kind == OpKind::kSendWait) wait_until(s, t.inject_end, m, "send");
-            else wait_until(s, t.arrival, m, "recv");
-          }
-        }
-        ++pc[s];
-        progress = true;
-      }
-      if (pc[s] < program[s].size()) done = false;
-    }
-    if (done) break;
-    if (!progress) {
-      std::string blocked;
-      for (int s = 0; s < p; ++s) {
-        if (pc[s] >= program[s].size()) continue;
-        const LoweredOp& op = program[s][pc[s]];
-        const Message& m = sched.messages[by_id.at(op.index)];
-        blocked += fmt::format("\n  stage {} at op {}: {} of message {} ({}) never completes", s,
-                               pc[s], op_kind_str(op.kind), m.id, message_label(m));
-      }
-      fail("simulate: schedule '{}' deadlocks (run 'helixpipe validate' for the full report):{}",
-           sched.name, blocked);
-    }
+  SimClock clock(sched, cost, opt, res);
+  SimRecorder recorder(sched, cost, opt.record_timeline, res);
+  WalkObserver* observers[] = {&recorder};
+  if (!walker.run(clock, observers)) {
+    const std::vector<std::string> report = walker.deadlock_report();
+    std::string blocked;
+    for (size_t i = 1; i < report.size(); ++i) blocked += "\n  " + report[i];
+    fail("simulate: schedule '{}' deadlocks (run 'helixpipe validate' for the full report):{}",
+         sched.name, blocked);
   }
 
-  double makespan = 0, max_busy = 0;
+  double makespan = clock.last_arrival(), max_busy = 0;
   for (int s = 0; s < p; ++s) {
-    res.stages[s].end = now[s];
-    makespan = std::max(makespan, now[s]);
+    res.stages[s].end = clock.now(s);
+    makespan = std::max(makespan, clock.now(s));
     max_busy = std::max(max_busy, res.stages[s].busy);
   }
-  for (const Transfer& t : tr) makespan = std::max(makespan, t.arrival);
   res.makespan = makespan;
   res.bubble = makespan - max_busy;
   res.bubble_fraction = makespan > 0 ? res.bubble / makespan : 0;
@@ -267,7 +227,8 @@ SimResult simulate(const Schedule& sched, const CostModel& cost, const SimOption
   if (tokens > 0 && makespan > 0)
     res.tokens_per_s = static_cast<double>(tokens) * sched.microbatches / makespan;
   if (cost.peak_flops() > 0 && makespan > 0)
-    res.mfu = total_flops / (makespan * p * cost.peak_flops());
+    res.mfu = clock.total_flops() / (makespan * p * cost.peak_flops());
+  auto& events = res.timeline.events;
   std::stable_sort(events.begin(), events.end(), [](const TimelineEvent& a, const TimelineEvent& b) {
     return a.stage != b.stage ? a.stage < b.stage : a.start < b.start;
   });

@@ -1,8 +1,9 @@
 // The simulator: replays a lowered schedule on a cost model and returns makespan, bubble, busy and
-// idle time per stage, communication volume, throughput, MFU and a Timeline. Each stage runs its
-// lowered ops in order; a stage blocks on a wait until its message has arrived; transfers use a
-// separate per-link resource, so they overlap compute and serialize per directed stage pair.
-// It never sees MPI, BLAS or CUDA.
+// idle time per stage, communication volume, throughput, MFU and a Timeline. The walker
+// (schedule/walker.h) steps the programs and matches transfers over FIFO links; the simulator
+// prices them: a compute op takes its cost, a wait holds its stage until the bytes went out
+// (send.wait) or arrived (recv.wait), and transfers use a separate per-link resource, so they
+// overlap compute and serialize per directed stage pair. It never sees MPI, BLAS or CUDA.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -16,13 +17,13 @@
 #include "schedule/ir.h"
 #include "sim/cost_model.h"
 #include "sim/timeline.h"
-#include "util/model_config.h"
 
 namespace hp {
 
 struct SimOptions {
   // true: a transfer starts once both the send and the matching receive are posted (MPI's
-  // rendezvous protocol for large messages, what the runtime gets); false: eager, at the send.
+  // rendezvous protocol for large messages, what the runtime gets); false: eager, at the send
+  // (the walker's Matching::kRendezvous / kBuffered).
   bool rendezvous = true;
   // true: a stage's inter-node transfers share one network port each way (one NIC per device):
   // they go out one after another across all its peers, and arrive one after another at the
@@ -32,9 +33,7 @@ struct SimOptions {
   double message_bytes_scale = 1.0;
   bool record_timeline = true;
   std::string title;  // timeline title; empty = derived from the schedule
-  // With a model config, peak activation bytes per stage come from the validator's stash
-  // prediction for micro-batches of `tokens_per_microbatch` tokens (0 = the cost model's).
-  const ModelConfig* model = nullptr;
+  // Tokens of one micro-batch for tokens_per_s (0 = the cost model's).
   int64_t tokens_per_microbatch = 0;
   // Compute times of stage s are multiplied by stage_time_scale[s] (empty: 1 everywhere), for
   // stages whose devices run at different speeds (e.g. cores measured slower than the profile).
@@ -47,7 +46,8 @@ struct StageResult {
   double idle = 0;  // makespan - busy
   double wait = 0;  // time blocked in send/recv waits (part of idle)
   double end = 0;   // when the stage's last op finished
-  int64_t peak_activation_bytes = 0;  // validator's stash prediction (0 without a model config)
+  // Left 0 by simulate(); callers with a model config fill it from the stash prediction.
+  int64_t peak_activation_bytes = 0;
   int64_t sent_bytes = 0, recv_bytes = 0;
   int messages_sent = 0;
 };

@@ -193,24 +193,6 @@ std::string svg_open(double w, double h) {
 
 }  // namespace
 
-bool TimelineEvent::is_compute() const {
-  return category == "F" || category == "B" || category == "I" || category == "W";
-}
-
-double Timeline::end_time() const {
-  double t = 0;
-  for (const auto& e : events) t = std::max(t, e.end);
-  return t;
-}
-
-std::string compute_event_name(const ComputeOp& op) {
-  std::string name = std::string(dir_str(op.dir)) + std::to_string(op.mb);
-  if (op.parts.empty()) return name;
-  name += " " + op.parts.front().str();
-  if (op.parts.size() > 1) name += ".." + op.parts.back().str();
-  return name;
-}
-
 std::string render_svg(const Timeline& tl, const SvgOptions& opt) {
   double t_end = opt.time_end > 0 ? opt.time_end : tl.end_time();
   double rows_h = tl.num_stages * opt.row_px;

@@ -1,6 +1,6 @@
 // The model against the schedule layer: generated schedules (gpipe, 1f1b, zb1p, interleaved, helix
-// with 1 and 2 folds, both transfer modes) run stage by stage in one process, messages copied
-// between per-stage value stores. After every compute op each stage's stash is exactly the
+// with 1 and 2 folds, both transfer modes) walked (schedule/walker.h) in one process, messages
+// copied between per-stage value stores. After every compute op each stage's stash is exactly the
 // validator's stash_trace; loss and gradients equal loss_and_grads. (The real executor, with
 // threads/MPI and overlap, is runtime's; this is the model's side of the contract.)
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 #include "schedule/generate.h"
 #include "schedule/lower.h"
 #include "schedule/validate.h"
+#include "schedule/walker.h"
 
 namespace hp {
 namespace {
@@ -32,6 +33,118 @@ std::string case_name(const Case& c) {
   std::replace(n.begin(), n.end(), '-', '_');
   return n;
 }
+
+// The in-memory configuration of the walker: every stage in one thread, compute through the
+// stage's Model, messages copied between per-stage value stores (packed at send.start, unpacked at
+// recv.wait, the sender's live marks dropped at send.wait).
+class ModelRun : public WalkTransport {
+ public:
+  ModelRun(const Schedule& s, const ScheduleIndex& index,
+           std::vector<std::unique_ptr<Model>>& models,
+           std::vector<std::unique_ptr<ValueStore>>& stores, std::function<Batch(int)> batch_of)
+      : s_(s),
+        index_(index),
+        models_(models),
+        stores_(stores),
+        batch_of_(std::move(batch_of)),
+        mailbox_(s.messages.size()) {}
+
+  OpTimes compute(int st, int i) override {
+    const ComputeOp& op = s_.stages[st].ops[i];
+    std::vector<PartContext> ctx;
+    for (size_t k = 0; k < op.parts.size(); ++k)
+      ctx.push_back(index_.context(st, i, static_cast<int>(k)));
+    models_[st]->run(op, ctx, *stores_[st], batch_of_(op.mb));
+    return {};
+  }
+  double start_send(int st, const Message& m) override {
+    auto& payload = mailbox_[static_cast<size_t>(&m - s_.messages.data())];
+    ValueStore& store = *stores_[st];
+    for (const std::string& name : m.values) {
+      const Value v = Value::parse(name);
+      const ConstDataPtr src = store.get(v, m.mb);
+      payload.emplace_back(static_cast<size_t>(store.elems(v, m.mb) * dtype_bytes(src.dtype)));
+      store.backend().download(payload.back().data(), src.data,
+                               static_cast<int64_t>(payload.back().size()));
+    }
+    return 0;
+  }
+  double start_recv(int, const Message&) override { return 0; }
+  OpTimes wait_send(int st, const Message& m) override {
+    for (const std::string& name : m.values) stores_[st]->release(Value::parse(name), m.mb);
+    return {};
+  }
+  OpTimes wait_recv(int st, const Message& m) override {
+    auto& payload = mailbox_[static_cast<size_t>(&m - s_.messages.data())];
+    ValueStore& store = *stores_[st];
+    for (size_t i = 0; i < m.values.size(); ++i) {
+      const Value v = Value::parse(m.values[i]);
+      const auto& data = payload[i];
+      const int64_t elems =
+          static_cast<int64_t>(data.size()) / dtype_bytes(value_dtype(v.kind, store.precision()));
+      const DataPtr dst = store.create(v, m.mb, elems);
+      store.backend().upload(dst.data, data.data(), static_cast<int64_t>(data.size()));
+    }
+    payload.clear();
+    return {};
+  }
+
+ private:
+  const Schedule& s_;
+  const ScheduleIndex& index_;
+  std::vector<std::unique_ptr<Model>>& models_;
+  std::vector<std::unique_ptr<ValueStore>>& stores_;
+  std::function<Batch(int)> batch_of_;
+  std::vector<std::vector<std::vector<char>>> mailbox_;  // per message: value bytes (host)
+};
+
+// After every compute op: the stage's stash, as a sorted set of (value, mb), against the
+// validator's trace, and its bytes. Records the first difference.
+class StashCheck : public WalkObserver {
+ public:
+  StashCheck(const Schedule& s, const std::vector<std::unique_ptr<ValueStore>>& stores,
+             const std::vector<std::vector<std::vector<StashItem>>>& traces, const ModelConfig& cfg,
+             int64_t tokens)
+      : ops_done(static_cast<size_t>(s.num_stages), 0),
+        s_(s),
+        stores_(stores),
+        traces_(traces),
+        cfg_(cfg),
+        tokens_(tokens) {}
+  std::vector<int> ops_done;
+  std::string failure;
+
+  void on_compute(int st, int i, const OpTimes&) override {
+    const ValueStore& store = *stores_[st];
+    std::vector<StashItem> have;
+    for (auto [v, mb] : store.keys())
+      if (store.is_stashed(v, mb)) have.push_back(StashItem{v, mb});
+    std::sort(have.begin(), have.end());
+    const auto& want = traces_[st][static_cast<size_t>(ops_done[st]++)];
+    if (!failure.empty()) return;
+    const std::string where =
+        "stage " + std::to_string(st) + " after " + op_str(s_.stages[st].ops[i]);
+    if (have.size() != want.size()) {
+      failure = where + ": store holds " + store.describe();
+      return;
+    }
+    for (size_t k = 0; k < want.size(); ++k)
+      if (!(have[k] == want[k])) {
+        failure = where + ": " + have[k].value.str() + "@" + std::to_string(have[k].mb) + " vs " +
+                  want[k].value.str() + "@" + std::to_string(want[k].mb);
+        return;
+      }
+    if (store.stash_bytes() != stash_bytes(want, cfg_, tokens_))
+      failure = where + ": stash bytes " + std::to_string(store.stash_bytes());
+  }
+
+ private:
+  const Schedule& s_;
+  const std::vector<std::unique_ptr<ValueStore>>& stores_;
+  const std::vector<std::vector<std::vector<StashItem>>>& traces_;
+  const ModelConfig& cfg_;
+  int64_t tokens_;
+};
 
 class ScheduleRun : public ::testing::TestWithParam<Case> {};
 
@@ -74,76 +187,21 @@ TEST_P(ScheduleRun, StashFollowsTheValidatorAndGradientsMatchOneProcess) {
     models.push_back(std::make_unique<Model>(*params.back()));
     stores.push_back(std::make_unique<ValueStore>(*be));
   }
-  std::map<int, const Message*> by_id;
-  for (const Message& m : sch.messages) by_id[m.id] = &m;
-  std::map<int, std::vector<std::vector<float>>> mailbox;  // message id -> value payloads (host)
-  std::vector<size_t> pc(static_cast<size_t>(p), 0);       // next lowered op per stage
-  std::vector<int> compute_done(static_cast<size_t>(p), 0);
   std::vector<std::vector<std::vector<StashItem>>> traces;
   for (int st = 0; st < p; ++st) traces.push_back(stash_trace(sch, st));
   const double scale = 1.0 / static_cast<double>(B * S * M);
+  ModelRun run(sch, index, models, stores, [&](int mb) {
+    return Batch{tokens.data() + mb * B * S, targets.data() + mb * B * S, B, S, scale};
+  });
+  StashCheck stash(sch, stores, traces, cfg, B * S);
+  WalkObserver* obs[] = {&stash};
+  Walker walker(sch, Matching::kRendezvous, "test");
+  const bool finished = walker.run(run, obs);
+  ASSERT_TRUE(finished) << walker.deadlock_report()[0] << "\n" << walker.deadlock_grid();
+  ASSERT_TRUE(stash.failure.empty()) << stash.failure;
   double loss = 0;
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (int st = 0; st < p; ++st) {
-      const auto& lowered = sch.stages[st].lowered;
-      while (pc[st] < lowered.size()) {
-        const LoweredOp& lo = lowered[pc[st]];
-        ValueStore& store = *stores[st];
-        if (lo.kind == OpKind::kCompute) {
-          const ComputeOp& op = sch.stages[st].ops[lo.index];
-          std::vector<PartContext> ctx;
-          for (size_t k = 0; k < op.parts.size(); ++k)
-            ctx.push_back(index.context(st, lo.index, static_cast<int>(k)));
-          Batch b{tokens.data() + op.mb * B * S, targets.data() + op.mb * B * S, B, S, scale};
-          models[st]->run(op, ctx, store, b);
-          // The stash now, as a sorted set of (value, mb), against the validator's trace.
-          std::vector<StashItem> have;
-          for (auto [v, mb] : store.keys())
-            if (store.is_stashed(v, mb)) have.push_back(StashItem{v, mb});
-          std::sort(have.begin(), have.end());
-          const auto& want = traces[st][static_cast<size_t>(compute_done[st])];
-          ASSERT_EQ(have.size(), want.size()) << "stage " << st << " after op " << op_str(op)
-                                              << ": store holds " << store.describe();
-          for (size_t i = 0; i < want.size(); ++i)
-            ASSERT_TRUE(have[i] == want[i]) << "stage " << st << " after " << op_str(op) << ": "
-                                            << have[i].value.str() << "@" << have[i].mb << " vs "
-                                            << want[i].value.str() << "@" << want[i].mb;
-          ASSERT_EQ(store.stash_bytes(), stash_bytes(want, cfg, B * S));
-          ++compute_done[st];
-        } else {
-          const Message& m = *by_id.at(lo.index);
-          if (lo.kind == OpKind::kSendStart) {
-            std::vector<std::vector<float>> payload;
-            for (const std::string& name : m.values) {
-              const Value v = Value::parse(name);
-              payload.emplace_back(static_cast<size_t>(store.elems(v, m.mb)));
-              be->download(payload.back().data(), store.get(v, m.mb).data,
-                           store.elems(v, m.mb) * 4);
-            }
-            mailbox[m.id] = std::move(payload);
-          } else if (lo.kind == OpKind::kSendWait) {
-            for (const std::string& name : m.values) store.release(Value::parse(name), m.mb);
-          } else if (lo.kind == OpKind::kRecvWait) {
-            auto it = mailbox.find(m.id);
-            if (it == mailbox.end()) break;  // blocked: let the other stages run
-            for (size_t i = 0; i < m.values.size(); ++i) {
-              const Value v = Value::parse(m.values[i]);
-              const auto& data = it->second[i];
-              const DataPtr dst = store.create(v, m.mb, static_cast<int64_t>(data.size()));
-              be->upload(dst.data, data.data(), static_cast<int64_t>(data.size()) * 4);
-            }
-            mailbox.erase(it);
-          }
-        }
-        ++pc[st];
-        progress = true;
-      }
-    }
-  }
   for (int st = 0; st < p; ++st) {
-    ASSERT_EQ(pc[st], sch.stages[st].lowered.size()) << "stage " << st << " stuck";
+    ASSERT_EQ(stash.ops_done[st], static_cast<int>(sch.stages[st].ops.size())) << "stage " << st;
     EXPECT_EQ(stores[st]->size(), 0u) << "stage " << st << " left " << stores[st]->describe();
     EXPECT_EQ(stores[st]->peak_stash_bytes(), rep.peak_stash_bytes[st]) << "stage " << st;
     loss += models[st]->take_loss();

@@ -1,20 +1,24 @@
 // The distributed executor on in-process ranks (LocalWorld threads): every schedule x P x M x
 // recompute policy (x transfer mode for helix) gives the loss and every gradient of the one-process
 // Model loss_and_grads; each stage's measured peak stash equals the validator's prediction; D=2 x
-// P=2 equals one process with 2M micro-batches; message and watchdog errors name what broke.
+// P=2 equals one process with 2M micro-batches; message and watchdog errors name what broke; the
+// walker's edge cases (blocking receives, early send.waits) run as the walker says.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <mutex>
 
 #include "comm/local_comm.h"
 #include "kernels/backend.h"
 #include "../model/model_test_util.h"
+#include "../schedule/walker_cases.h"
 #include "runtime/dist_step.h"
 #include "runtime/trainer.h"
 #include "schedule/generate.h"
 #include "schedule/lower.h"
 #include "schedule/validate.h"
+#include "sim/timeline.h"
 #include "util/error.h"
 
 namespace hp {
@@ -315,6 +319,77 @@ TEST(Executor, RecordsTimeline) {
   EXPECT_EQ(recvs, sch.messages.size());
   const std::string trace = render_chrome_trace(all);
   EXPECT_NE(trace.find(compute_event_name(sch.stages[1].ops[0])), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hp
+
+namespace hp {
+namespace {
+
+// One step of a two-stage pipeline (LocalWorld, rendezvous sends) on a lowered schedule: the loss,
+// every gradient by name and each stage's peak stash.
+struct PipelineStep {
+  double loss = 0;
+  std::map<std::string, std::vector<float>> grads;
+  std::vector<int64_t> peak_stash = {0, 0};
+};
+
+PipelineStep run_two_stages(const Schedule& sch, const ModelConfig& cfg, const Params& init,
+                            const std::vector<int32_t>& tokens, double timeout_s) {
+  PipelineStep out;
+  std::mutex mu;
+  LocalWorld world(2, CommOptions{timeout_s, false});
+  world.run([&](Comm& comm) {
+    GridComms grid = split_grid(comm, 1, 2);
+    auto be = make_reference_backend();
+    DistStage stage(sch, grid, cfg, *be, 2, 8);
+    stage.params().copy_from(init);
+    DistStepResult r = stage.loss_and_grads(tokens.data(), tokens.data() + 1);
+    const std::vector<float> g = stage.params().host_grads<float>();
+    std::lock_guard<std::mutex> lock(mu);
+    out.loss = r.loss;
+    out.peak_stash[grid.p] = r.stats.peak_stash_bytes;
+    for (const ParamTensor& t : stage.params().tensors())
+      out.grads[t.name].assign(g.begin() + t.offset, g.begin() + t.offset + t.numel);
+  });
+  return out;
+}
+
+// Programs the lowering would not write but the walker accepts run on real ranks with the same
+// results: receives posted by their recv.wait and a send.wait before the next compute give gpipe's
+// bitwise gradients; send.waits that deadlock under rendezvous end in the watchdog naming the
+// message, and run once defer_blocking_send_waits() moved them.
+TEST(Executor, RunsTheWalkersEdgeCasesAsTheWalkerSays) {
+  ModelConfig cfg = test::tiny_config();
+  auto tokens = test::random_tokens(2 * 8 * 3 + 1, cfg.vocab, 71);
+  auto init_be = make_reference_backend();
+  Params init(cfg, Params::all_parts(cfg), *init_be);
+  test::randomize(init, 3);
+  const PipelineStep ref = run_two_stages(test::gpipe_two_stages(&cfg), cfg, init, tokens, 20);
+  const ValidationReport rep = validate(test::gpipe_two_stages(&cfg), ValidateOptions{&cfg, 16});
+  for (const Schedule& sch :
+       {test::blocking_receives(&cfg), test::send_wait_before_compute(&cfg)}) {
+    const PipelineStep got = run_two_stages(sch, cfg, init, tokens, 20);
+    EXPECT_EQ(got.loss, ref.loss);
+    EXPECT_EQ(got.grads, ref.grads);
+    for (int st = 0; st < 2; ++st) EXPECT_EQ(got.peak_stash[st], rep.peak_stash_bytes[st]);
+  }
+  Schedule held = test::early_send_waits(&cfg);
+  try {
+    run_two_stages(held, cfg, init, tokens, 1.0);
+    FAIL() << "the rendezvous deadlock was not caught";
+  } catch (const std::exception& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(msg.find("waits for send of msg 1 ") != std::string::npos ||
+                msg.find("waits for send of msg 3 ") != std::string::npos)
+        << msg;
+  }
+  defer_blocking_send_waits(held);
+  const PipelineStep fixed = run_two_stages(held, cfg, init, tokens, 20);
+  const PipelineStep lowered = run_two_stages(test::one_f_one_b(&cfg), cfg, init, tokens, 20);
+  EXPECT_EQ(fixed.loss, lowered.loss);
+  EXPECT_EQ(fixed.grads, lowered.grads);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Lowering: message contents and sizes from the value table, placement of start/wait ops, link
-// order, tags, and a blocking in-order replay (written here independently of the validator) that
-// must finish for every generator.
+// order, tags, and a walk of the programs under rendezvous FIFO matching (the walker, tested on
+// its own in walker_test.cc) that must finish for every generator.
 #include "schedule_test_util.h"
 #include "schedule/lower.h"
 
@@ -10,6 +10,7 @@
 #include <set>
 
 #include "schedule/generate.h"
+#include "schedule/walker.h"
 #include "util/error.h"
 
 namespace hp {
@@ -17,40 +18,12 @@ namespace {
 
 using test::gen;
 
-// Rendezvous, FIFO-per-link replay of the lowered programs: returns true when every stage ends.
+// The lowered programs walked under rendezvous FIFO matching (walker.h): true when every stage
+// ends.
 bool replays(const Schedule& s) {
-  const int p = s.num_stages;
-  const size_t n = s.messages.size();
-  std::vector<bool> sent(n), posted(n), done(n);
-  std::map<std::pair<int, int>, std::vector<int>> link;  // in send-start order
-  for (int st = 0; st < p; ++st)
-    for (const LoweredOp& op : s.stages[st].lowered)
-      if (op.kind == OpKind::kSendStart) link[{st, s.messages[op.index].dst}].push_back(op.index);
-  std::map<std::pair<int, int>, size_t> head;
-  std::vector<size_t> pc(p, 0);
-  for (;;) {
-    bool moved = false;
-    for (auto& [key, q] : link) {
-      size_t& h = head[key];
-      while (h < q.size() && sent[q[h]] && posted[q[h]]) done[q[h++]] = true, moved = true;
-    }
-    for (int st = 0; st < p; ++st) {
-      const auto& prog = s.stages[st].lowered;
-      while (pc[st] < prog.size()) {
-        const LoweredOp& op = prog[pc[st]];
-        if (op.kind == OpKind::kSendStart) sent[op.index] = true;
-        if (op.kind == OpKind::kRecvStart) posted[op.index] = true;
-        if ((op.kind == OpKind::kSendWait || op.kind == OpKind::kRecvWait) && !done[op.index])
-          break;
-        ++pc[st];
-        moved = true;
-      }
-    }
-    if (!moved) break;
-  }
-  for (int st = 0; st < p; ++st)
-    if (pc[st] != s.stages[st].lowered.size()) return false;
-  return true;
+  Walker walker(s, Matching::kRendezvous, "test");
+  NullTransport order_only;
+  return walker.run(order_only);
 }
 
 TEST(Lower, OneFOneBTwoStagesHasOneMessagePerMicrobatchEachWay) {

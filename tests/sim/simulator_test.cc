@@ -1,9 +1,12 @@
 // Simulator on hand-built schedules: timing of compute and messages, link serialization, latency,
-// rendezvous, deadlock reports, and the timeline renderings.
+// rendezvous, deadlock reports, and the timeline renderings; on the walker's edge cases
+// (tests/schedule/walker_cases.h) it agrees with a plain walk.
 #include "sim/simulator.h"
 
 #include <gtest/gtest.h>
 
+#include "../schedule/walker_cases.h"
+#include "schedule/walker.h"
 #include "sim_test_util.h"
 #include "util/error.h"
 
@@ -148,8 +151,13 @@ TEST(Simulator, DeadlockIsReportedWithEachBlockedStage) {
   } catch (const Error& e) {
     std::string msg = e.what();
     EXPECT_NE(msg.find("deadlocks"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("stage 0 at op 0: recv.wait of message 101"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("stage 1 at op 0: recv.wait of message 100"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("stage 0 is stuck at lowered op 0: recv.wait of message 101"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("stage 1 is stuck at lowered op 0: recv.wait of message 100"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("stage 1 has not started sending it"), std::string::npos) << msg;
   }
 }
 
@@ -216,6 +224,106 @@ TEST(Timeline, SvgAndTraceAreWellFormed) {
   EXPECT_EQ(waits + compute + transfers, static_cast<int>(r.timeline.events.size()));
   EXPECT_GE(waits, 1);  // stage 1 waits for the first message
   EXPECT_EQ(j["otherData"]["version"], 1);
+}
+
+}  // namespace
+}  // namespace hp
+
+namespace hp {
+namespace {
+
+// 1 s per forward post part, link latency 0.5 s, and bandwidth so that one X message takes 1 s.
+CostModel walker_costs(int64_t x_bytes) {
+  CostModel c;
+  for (PartKind k : {PartKind::kPre, PartKind::kAttn, PartKind::kPost})
+    for (Dir d : {Dir::kF, Dir::kI, Dir::kW}) c.set_part_time(k, d, k == PartKind::kPost ? 1.0 : 0.5);
+  c.set_links({0.5, static_cast<double>(x_bytes)}, {0.5, static_cast<double>(x_bytes)}, 1 << 20);
+  return c;
+}
+
+class SimWalkerCases : public ::testing::TestWithParam<test::WalkerCase> {};
+
+// Rendezvous and eager simulations finish exactly when a plain walk under rendezvous / buffered
+// matching does, and a deadlock names the same stages, ops and messages.
+TEST_P(SimWalkerCases, FinishesWhenTheWalkDoesAndNamesTheSameDeadlock) {
+  const ModelConfig cfg;
+  const Schedule s = GetParam().make(&cfg);
+  const CostModel cost = walker_costs(s.messages[0].bytes);
+  for (bool rendezvous : {true, false}) {
+    Walker walker(s, rendezvous ? Matching::kRendezvous : Matching::kBuffered, "test");
+    NullTransport none;
+    const bool finished = walker.run(none);
+    EXPECT_EQ(finished, rendezvous ? GetParam().rendezvous_finishes : GetParam().buffered_finishes);
+    SimOptions opt;
+    opt.rendezvous = rendezvous;
+    if (finished) {
+      const SimResult r = simulate(s, cost, opt);
+      int computes = 0;
+      for (const TimelineEvent& e : r.timeline.events) computes += e.is_compute();
+      EXPECT_EQ(computes, static_cast<int>(s.stages[0].ops.size() + s.stages[1].ops.size()));
+      continue;
+    }
+    std::string want = "simulate: schedule '" + s.name +
+                       "' deadlocks (run 'helixpipe validate' for the full report):";
+    const std::vector<std::string> report = walker.deadlock_report();
+    for (size_t i = 1; i < report.size(); ++i) want += "\n  " + report[i];
+    try {
+      simulate(s, cost, opt);
+      FAIL() << "no deadlock reported";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), want);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Programs, SimWalkerCases, ::testing::ValuesIn(test::walker_cases()),
+                         [](const auto& param_info) { return param_info.param.name; });
+
+// A send.wait before the next compute op holds the stage until the bytes are out: the compute
+// starts one transfer later than where lower() puts the wait (after that compute).
+TEST(Simulator, SendWaitBeforeTheNextComputeHoldsTheStage) {
+  const ModelConfig cfg;
+  for (bool rendezvous : {true, false}) {
+    SimOptions opt;
+    opt.rendezvous = rendezvous;
+    const Schedule lowered = test::gpipe_two_stages(&cfg), early =
+                                                             test::send_wait_before_compute(&cfg);
+    const CostModel cost = walker_costs(lowered.messages[0].bytes);
+    auto second_compute_start = [&](const Schedule& s) {
+      const SimResult r = simulate(s, cost, opt);
+      int seen = 0;
+      for (const TimelineEvent& e : r.timeline.events)
+        if (e.stage == 0 && e.is_compute() && ++seen == 2) return e.start;
+      return -1.0;
+    };
+    // F0 on stage 0 takes 2 s (pre 0.5, attn 0.5, post 1), its message 1 s to go out.
+    EXPECT_DOUBLE_EQ(second_compute_start(lowered), 2.0) << rendezvous;
+    EXPECT_DOUBLE_EQ(second_compute_start(early), 3.0) << rendezvous;
+  }
+}
+
+// A blocking receive (recv.wait without recv.start) posts where it stands: under rendezvous its
+// transfer waits for it, so a helix schedule whose receives lower() posts one step ahead gets
+// slower; eager transfers do not wait for the receive, so nothing changes, to the bit.
+TEST(Simulator, BlockingReceivesDelayRendezvousTransfersOnly) {
+  ModelConfig cfg;
+  cfg.layers = 4;
+  Schedule posted = test::gen("helix", 2, 4, 4, 2);
+  lower(posted, &cfg, 16);
+  Schedule blocking = posted;
+  for (Stage& st : blocking.stages)
+    std::erase_if(st.lowered, [](const LoweredOp& op) { return op.kind == OpKind::kRecvStart; });
+  const CostModel cost = walker_costs(posted.messages[0].bytes);
+  const SimResult a = simulate(posted, cost), b = simulate(blocking, cost);
+  EXPECT_GT(b.makespan, a.makespan);
+  SimOptions eager;
+  eager.rendezvous = false;
+  const SimResult c = simulate(posted, cost, eager), d = simulate(blocking, cost, eager);
+  EXPECT_EQ(c.makespan, d.makespan);
+  for (int st = 0; st < 2; ++st) {
+    EXPECT_EQ(c.stages[st].busy, d.stages[st].busy);
+    EXPECT_EQ(c.stages[st].wait, d.stages[st].wait);
+  }
 }
 
 }  // namespace
