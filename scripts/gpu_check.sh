@@ -70,7 +70,7 @@ done
   echo "built: $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname) in $build"
   echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
   echo "architectures: $(grep '^CMAKE_CUDA_ARCHITECTURES' "$build/CMakeCache.txt" | cut -d= -f2)"
-  echo "needs on the GPU machine: libcublasLt.so.13 and a driver for CUDA 13 (libcuda.so.1)"
+  echo "needs on the GPU machine: libcublasLt.so.13, libcublas.so.13, a CUDA 13 driver (libcuda.so.1)"
 } > .gpu/manifest.txt
 (cd .gpu && find . -type f -printf '%s\t%p\n' | sort -k2) >> .gpu/manifest.txt
 

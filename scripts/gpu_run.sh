@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run THERE, on the GPU machine, from the repository root with .gpu/ (made by scripts/gpu_check.sh)
-# carried: prints the GPU, finds the CUDA libraries the binaries load (libcublasLt.so.13; NCCL and
-# cuDNN are reported too), runs every GPU test binary one test suite per process (a crash or a
+# carried: prints the GPU, finds the CUDA libraries the binaries load (libcublasLt.so.13,
+# libcublas.so.13; NCCL and cuDNN are reported too), runs every GPU test binary one test suite per process (a crash or a
 # sticky CUDA error then costs one suite, not the run) with JSON results, the benchmark, and, when
 # compute-sanitizer is there, memcheck and racecheck on the kernel tests. Every step has a time
 # limit and a failing step does not stop the next; $OUT/report.md is always written.
@@ -96,11 +96,11 @@ find_lib() {  # prints the first directory holding $1
 }
 lib_path=""
 lib_summary=""
-for lib in libcublasLt.so.13 libcuda.so.1 libnccl.so.2 libcudnn.so.9; do
+for lib in libcublasLt.so.13 libcublas.so.13 libcuda.so.1 libnccl.so.2 libcudnn.so.9; do
   dir=$(find_lib "$lib")
   log "$lib: ${dir:-NOT FOUND}"
   lib_summary+="$lib ${dir:-NOT FOUND}; "
-  if [[ -n "$dir" && ( "$lib" == libcublasLt.so.13 || "$lib" == libcuda.so.1 ) ]]; then
+  if [[ -n "$dir" && "$lib" =~ ^libcublas|^libcuda && ":$lib_path" != *":$dir:"* ]]; then
     lib_path+="$dir:"
   fi
 done

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -140,6 +141,10 @@ TEST_F(CudaGemmTest, MisalignedViewsAndOddStrides) {
   run({true, true, 9, 13, 11, 1.0, 0.5, DType::kF32, DType::kF32, 3, 3});
   run({false, false, 9, 13, 11, 1.0, 0.0, DType::kBF16, DType::kBF16, 1, 1});
   run({false, true, 64, 64, 64, 1.0, 1.0, DType::kBF16, DType::kF32, 1, 3});
+  auto* ck = dynamic_cast<cuda::CudaKernels*>(k_);
+  ASSERT_NE(ck, nullptr);
+  RecordProperty("cublas_fallback_plans", std::to_string(ck->gemm_fallback_plans()) + " of " +
+                                              std::to_string(ck->gemm_plans()));
 }
 
 TEST_F(CudaGemmTest, EmptyProductScalesC) {
@@ -160,6 +165,22 @@ TEST_F(CudaGemmTest, EmptyProductScalesC) {
   }
 }
 
+// The cublasGemmEx path (taken when cuBLASLt has no algorithm), forced for a fresh backend.
+TEST_F(CudaGemmTest, CublasFallbackPath) {
+  ASSERT_EQ(setenv("HP_CUDA_GEMM", "cublas", 1), 0);
+  be_ = make_cuda_backend(0);
+  k_ = &be_->kernels();
+  unsetenv("HP_CUDA_GEMM");
+  run({false, false, 67, 200, 72, 1.0, 0.0, DType::kF32, DType::kF32, 3});
+  run({true, true, 33, 17, 333, 0.75, -0.5, DType::kF32, DType::kF32});
+  run({false, true, 67, 200, 72, 1.0, 0.0, DType::kBF16, DType::kBF16, 8});
+  run({true, false, 64, 48, 40, 1.0, 1.0, DType::kBF16, DType::kF32, 1, 1});
+  auto* ck = dynamic_cast<cuda::CudaKernels*>(k_);
+  ASSERT_NE(ck, nullptr);
+  EXPECT_EQ(ck->gemm_fallback_plans(), ck->gemm_plans());
+  EXPECT_EQ(ck->gemm_plans(), 4u);
+}
+
 // Same inputs, same bits; repeated shapes reuse their cached plan.
 TEST_F(CudaGemmTest, DeterministicAndPlansCached) {
   auto* ck = dynamic_cast<cuda::CudaKernels*>(k_);
@@ -175,6 +196,7 @@ TEST_F(CudaGemmTest, DeterministicAndPlansCached) {
     EXPECT_TRUE(same_bits(first, second, std::string("gemm twice, ") + dtype_name(t)));
     EXPECT_EQ(ck->gemm_plans(), plans) << "an identical GEMM built a new plan";
   }
+  RecordProperty("cublas_fallback_plans", std::to_string(ck->gemm_fallback_plans()));
 }
 
 }  // namespace

@@ -3,10 +3,11 @@
 // row-major matrix read column-major is its transpose, so each trans flag carries over unchanged.
 #include "kernels/cuda/cuda_gemm.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 
 #include "kernels/cuda/cuda_check.h"
-#include "util/error.h"
 
 namespace hp::cuda {
 namespace {
@@ -18,8 +19,6 @@ int pointer_alignment(const void* p) {
   while (align > 1 && addr % static_cast<uintptr_t>(align) != 0) align /= 2;
   return align;
 }
-
-const char* type_name(cudaDataType_t t) { return t == CUDA_R_32F ? "f32" : "bf16"; }
 
 }  // namespace
 
@@ -44,12 +43,21 @@ size_t LtGemm::KeyHash::operator()(const Key& k) const {
 
 LtGemm::LtGemm(void* workspace, size_t workspace_bytes)
     : workspace_(workspace), workspace_bytes_(workspace_bytes) {
+  const char* mode = std::getenv("HP_CUDA_GEMM");
+  force_fallback_ = mode && std::strcmp(mode, "cublas") == 0;
   HP_CUBLAS_CHECK(cublasLtCreate(&handle_));
 }
 
 LtGemm::~LtGemm() {
   for (auto& [key, plan] : plans_) destroy(plan);
   if (handle_) cublasLtDestroy(handle_);
+  if (blas_) cublasDestroy(blas_);
+}
+
+size_t LtGemm::fallback_plans() const {
+  size_t n = 0;
+  for (const auto& [key, plan] : plans_) n += plan.fallback ? 1 : 0;
+  return n;
 }
 
 void LtGemm::destroy(Plan& p) {
@@ -103,15 +111,15 @@ LtGemm::Plan LtGemm::make_plan(const Key& key) {
 
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    HP_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c,
-                                                   plan.c, pref, 1, &result, &found));
-    HP_CHECK(found > 0 && result.state == CUBLAS_STATUS_SUCCESS,
-             "gemm: cuBLASLt has no algorithm for M={} N={} K={} trans_a={} trans_b={} lda={} "
-             "ldb={} ldc={} ({} x {} -> {}, pointer alignment A={} B={} C={} bytes)",
-             key.m, key.n, key.k, key.trans_a, key.trans_b, key.lda, key.ldb, key.ldc,
-             type_name(key.ab_type), type_name(key.ab_type), type_name(key.c_type), key.align_a,
-             key.align_b, key.align_c);
-    plan.algo = result.algo;
+    // No algorithm is not an error: NOT_SUPPORTED or zero results send the plan to cublasGemmEx.
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &found);
+    if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) {
+      throw_cublas_error(status, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+    }
+    plan.fallback = force_fallback_ || status != CUBLAS_STATUS_SUCCESS || found == 0 ||
+                    result.state != CUBLAS_STATUS_SUCCESS;
+    if (!plan.fallback) plan.algo = result.algo;
     cublasLtMatmulPreferenceDestroy(pref);
   } catch (...) {
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -138,9 +146,24 @@ void LtGemm::run(const GemmArgs& g, cudaStream_t stream) {
   auto it = plans_.find(key);
   if (it == plans_.end()) it = plans_.emplace(key, make_plan(key)).first;
   const Plan& p = it->second;
+  if (p.fallback) return run_fallback(g, stream);
   // cuBLASLt's A is our B and its B is our A; C is read (beta != 0) and written in place.
   HP_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &g.alpha, g.b, p.a, g.a, p.b, &g.beta, g.c, p.c,
                                  g.c, p.c, &p.algo, workspace_, workspace_bytes_, stream));
+}
+
+// The same column-major product through the classic cuBLAS API, which takes any alignment and
+// stride. Default math mode: CUBLAS_COMPUTE_32F stays plain fp32 for f32 inputs.
+void LtGemm::run_fallback(const GemmArgs& g, cudaStream_t stream) {
+  if (!blas_) {
+    HP_CUBLAS_CHECK(cublasCreate(&blas_));
+    HP_CUBLAS_CHECK(cublasSetWorkspace(blas_, workspace_, workspace_bytes_));
+  }
+  HP_CUBLAS_CHECK(cublasSetStream(blas_, stream));
+  HP_CUBLAS_CHECK(cublasGemmEx_64(blas_, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                  g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.n, g.m, g.k, &g.alpha,
+                                  g.b, g.ab_type, g.ldb, g.a, g.ab_type, g.lda, &g.beta, g.c,
+                                  g.c_type, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace hp::cuda

@@ -2,10 +2,13 @@
 // column-major C^T = op(B)^T op(A)^T, so no data is transposed. One plan (matmul descriptor,
 // layouts and the heuristic's algorithm) per shape, types, strides and pointer alignment, cached.
 // f32 inputs compute in plain fp32 (CUBLAS_COMPUTE_32F, never TF32); bf16 inputs accumulate in
-// f32 into a bf16 or f32 C.
+// f32 into a bf16 or f32 C. When cuBLASLt's heuristic offers no algorithm for a plan (unusual
+// alignment or strides), that plan runs through cublasGemmEx instead, with the same types and
+// compute type; HP_CUDA_GEMM=cublas sends every plan there (for tests).
 #pragma once
 
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -39,6 +42,8 @@ class LtGemm {
   // Queues the product on `stream`. m, n, k > 0; strides and types checked by the caller.
   void run(const GemmArgs& g, cudaStream_t stream);
   size_t cached_plans() const { return plans_.size(); }
+  // Plans that run through cublasGemmEx.
+  size_t fallback_plans() const;
 
  private:
   struct Key {
@@ -55,11 +60,15 @@ class LtGemm {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A, B, C (= D)
     cublasLtMatmulAlgo_t algo{};
+    bool fallback = false;  // no cuBLASLt algorithm: cublasGemmEx
   };
   Plan make_plan(const Key& key);
+  void run_fallback(const GemmArgs& g, cudaStream_t stream);
   static void destroy(Plan& p);
 
   cublasLtHandle_t handle_ = nullptr;
+  cublasHandle_t blas_ = nullptr;  // made on the first fallback
+  bool force_fallback_ = false;
   void* workspace_;
   size_t workspace_bytes_;
   std::unordered_map<Key, Plan, KeyHash> plans_;

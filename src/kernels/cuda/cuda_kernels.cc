@@ -90,6 +90,7 @@ bool CudaKernels::supports(const Precision& p) const {
 }
 
 size_t CudaKernels::gemm_plans() const { return gemm_->cached_plans(); }
+size_t CudaKernels::gemm_fallback_plans() const { return gemm_->fallback_plans(); }
 
 LaunchContext CudaKernels::ctx() const {
   LaunchContext c;

@@ -85,8 +85,10 @@ class CudaKernels final : public Kernels {
   void queue_error_fetch();
   void check_reported_errors();
 
-  // Number of cuBLASLt plans cached so far (one per distinct GEMM shape).
+  // Number of GEMM plans cached so far (one per distinct shape), and how many of them run through
+  // cublasGemmEx because cuBLASLt had no algorithm (or HP_CUDA_GEMM=cublas).
   size_t gemm_plans() const;
+  size_t gemm_fallback_plans() const;
 
  private:
   enum Slot { kNormPartial, kRowLoss, kSumPartial, kSumResult, kEmbedding, kAttention, kSlots };
