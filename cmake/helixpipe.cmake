@@ -1,19 +1,13 @@
-# hp_library(NAME DEPS...): one static library per src/ folder; sources are every .cc below it.
-# A subfolder with its own CMakeLists.txt (e.g. src/kernels/cuda) builds its own library, so its
-# sources are left out here.
+# hp_library(NAME DEPS...): one static library per src/ folder; sources are every .cc below it
+# except under a cuda/ folder, which builds its own library (only when nvcc is found).
 function(hp_library name)
-  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
-  file(GLOB_RECURSE sub_lists ${CMAKE_CURRENT_SOURCE_DIR}/*/CMakeLists.txt)
-  foreach(sub_list IN LISTS sub_lists)
-    get_filename_component(sub_dir ${sub_list} DIRECTORY)
-    set(kept "")
-    foreach(src IN LISTS srcs)
-      string(FIND "${src}" "${sub_dir}/" at)
-      if(NOT at EQUAL 0)
-        list(APPEND kept ${src})
-      endif()
-    endforeach()
-    set(srcs ${kept})
+  file(GLOB_RECURSE all_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
+  set(srcs "")
+  foreach(src IN LISTS all_srcs)
+    file(RELATIVE_PATH rel ${CMAKE_CURRENT_SOURCE_DIR} ${src})
+    if(NOT rel MATCHES "(^|/)cuda/")
+      list(APPEND srcs ${src})
+    endif()
   endforeach()
   if(srcs)
     add_library(${name} STATIC ${srcs})

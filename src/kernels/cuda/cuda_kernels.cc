@@ -306,25 +306,15 @@ void check_attention(const char* k, const AttnShape& s, ConstDataPtr q, ConstDat
   }
 }
 
-[[noreturn]] void no_attention(const char* k) {
-  fail("{}: this build has no CUDA flash-attention kernels (flash_attention.h is implemented by "
-       "src/kernels/cuda sources that were not present at configure time); rebuild with them",
-       k);
-}
-
 }  // namespace
 
 void CudaKernels::attention_forward(const AttnShape& s, ConstDataPtr q, ConstDataPtr k,
                                     ConstDataPtr v, DataPtr o, DataPtr lse) {
   check_attention("attention_forward", s, q, k, v, o, lse);
-#if HP_CUDA_FLASH_ATTENTION
   DeviceGuard guard(device_);
   flash_attention_forward(q.dtype, s, q.data, k.data, v.data, o.data,
                           static_cast<float*>(lse.data), stream_);
   HP_CUDA_CHECK_LAUNCH("flash_attention_forward");
-#else
-  no_attention("attention_forward");
-#endif
 }
 
 void CudaKernels::attention_backward(const AttnShape& s, ConstDataPtr q, ConstDataPtr k,
@@ -340,7 +330,6 @@ void CudaKernels::attention_backward(const AttnShape& s, ConstDataPtr q, ConstDa
                          {dk.data, "dk"}, {dv.data, "dv"}}) {
     expect_ptr(p, kn, name);
   }
-#if HP_CUDA_FLASH_ATTENTION
   DeviceGuard guard(device_);
   const size_t bytes = flash_attention_backward_workspace(q.dtype, s);
   void* workspace = scratch(kAttention, static_cast<int64_t>(bytes));
@@ -348,9 +337,6 @@ void CudaKernels::attention_backward(const AttnShape& s, ConstDataPtr q, ConstDa
                            static_cast<const float*>(lse.data), dq.data, dk.data, dv.data,
                            workspace, stream_);
   HP_CUDA_CHECK_LAUNCH("flash_attention_backward");
-#else
-  no_attention(kn);
-#endif
 }
 
 void CudaKernels::swiglu_forward(DataPtr h, ConstDataPtr g, ConstDataPtr u, int64_t n) {
