@@ -1,32 +1,31 @@
-// Device helpers shared by the kernel sources: bf16 storage and rounding (bit-identical to
-// dtype.h's to_bf16), 4/8/16-byte vector loads and stores, deterministic warp and block sums,
-// and the bad-input record. Included only by *.cu files.
+// Device helpers shared by the kernel bodies (*_kernels.cuh): bf16 storage and rounding
+// (bit-identical to dtype.h's to_bf16), 4/8/16-byte vector loads and stores, deterministic warp
+// and block sums, the bad-input record, and host-side launch geometry. The bodies compile under
+// nvcc, and on the CPU under tests/cuda_emu/kernel_emulator.h (HP_CUDA_EMULATION), which defines
+// the CUDA names used here (threadIdx, __syncthreads, __shfl_xor_sync, ...) before including them.
+//
+// Dispatchers in the *_kernels.cuh headers start kernels through a launch object L:
+//   launch(name, kernel, blocks, threads, shared_bytes, args...)
+// cuda_launch.cuh's CudaLaunch queues it on a stream; the emulator runs it on CPU fibers.
 #pragma once
 
+#ifndef HP_CUDA_EMULATION
 #include <cuda_runtime.h>
+// Dynamic shared memory of the block, as an array of T.
+#define HP_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
 
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 
-#include "kernels/cuda/launch.h"
+#include "kernels/cuda/kernel_types.h"
 
 namespace hp::cuda {
 
 // bf16 in device memory: the top 16 bits of an IEEE float (same layout as hp::bf16).
 struct Bf16 {
   uint16_t bits;
-};
-
-template <typename T>
-struct ElemOf;
-template <>
-struct ElemOf<float> {
-  static constexpr Elem kValue = Elem::kF32;
-};
-template <>
-struct ElemOf<Bf16> {
-  static constexpr Elem kValue = Elem::kBF16;
 };
 
 __device__ __forceinline__ float to_float(float x) { return x; }

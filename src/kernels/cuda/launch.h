@@ -8,25 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/kernel_types.h"
+
 namespace hp::cuda {
-
-enum class Elem : int { kF32, kBF16 };
-inline int elem_bytes(Elem e) { return e == Elem::kF32 ? 4 : 2; }
-
-// A kernel that meets bad input it cannot throw for (a target outside the vocabulary, a negative
-// token) records the first such event here (device memory) and writes NaN into its output; the
-// backend copies the record back at its next synchronization and throws hp::Error from it.
-struct DeviceErrorRecord {
-  int code;  // 0: none, else one of the codes below
-  int pad;
-  long long a, b, c;
-};
-enum : int {
-  kErrCrossEntropyTarget = 1,          // a: row, b: target, c: vocab
-  kErrCrossEntropyBackwardTarget = 2,  // a: row, b: target, c: vocab
-  kErrEmbeddingToken = 3,              // a: position, b: token
-  kErrEmbeddingBackwardToken = 4,      // a: position, b: token
-};
 
 // What a launcher needs to know about the device.
 struct LaunchContext {
@@ -63,15 +47,6 @@ int64_t sum_squares_blocks(const LaunchContext& ctx, int64_t n);
 void sum_squares(const LaunchContext& ctx, Elem t, const void* x, int64_t n, double* partial,
                  double* out);
 
-// AdamW constants, computed on the host in the reference's order (see adamw in cuda_kernels.cc).
-struct AdamWConsts {
-  float beta1, one_minus_beta1, beta2, one_minus_beta2;
-  float decay;       // 1 - lr * weight_decay
-  float step_size;   // lr / (1 - beta1^step)
-  float sqrt_bc2;    // sqrt(1 - beta2^step)
-  float eps;
-  float grad_scale;
-};
 // param, grad, m, v: f32. copy (may be null): the updated parameters in copy_t.
 void adamw(const LaunchContext& ctx, float* param, const float* grad, float* m, float* v,
            int64_t n, const AdamWConsts& c, Elem copy_t, void* copy);

@@ -1,52 +1,14 @@
-// Rotary positions on CUDA, in place: one thread per (row, head, pair). The cos/sin of each
-// (position, pair) come from a table the host filled with rope_angles.h's fp32 formula, and the
-// rotation is rounded step by step as the reference does, so fp32 results match it bit for bit.
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device_util.cuh"
+// The rope launcher (launch.h) over rope_kernels.cuh.
+#include "kernels/cuda/cuda_launch.cuh"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/rope_kernels.cuh"
 
 namespace hp::cuda {
-namespace {
-
-template <typename T>
-__global__ void rope_kernel(T* x, const float2* table, int64_t rows, int64_t ld, int64_t seq,
-                            int64_t n_heads, int64_t head_dim, bool inverse) {
-  const int64_t half = head_dim / 2;
-  const int64_t total = rows * n_heads * half;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += stride) {
-    const int64_t j = i % half;
-    const int64_t head_row = i / half;
-    const int64_t h = head_row % n_heads;
-    const int64_t t = head_row / n_heads;
-    const float2 cs = table[(t % seq) * half + j];
-    const float sn = inverse ? -cs.y : cs.y;
-    T* xh = x + t * ld + h * head_dim;
-    const float a = to_float(xh[j]);
-    const float b = to_float(xh[j + half]);
-    xh[j] = from_float<T>(__fsub_rn(__fmul_rn(a, cs.x), __fmul_rn(b, sn)));
-    xh[j + half] = from_float<T>(__fadd_rn(__fmul_rn(b, cs.x), __fmul_rn(a, sn)));
-  }
-}
-
-template <typename T>
-void rope_as(const LaunchContext& ctx, void* x, const float2* table, int64_t rows, int64_t ld,
-             int64_t seq, int64_t n_heads, int64_t head_dim, bool inverse) {
-  const int threads = 256;
-  const int64_t total = rows * n_heads * (head_dim / 2);
-  const unsigned blocks = grid_blocks(total, threads, 32LL * ctx.sm_count);
-  rope_kernel<T><<<blocks, threads, 0, ctx.stream>>>(static_cast<T*>(x), table, rows, ld, seq,
-                                                      n_heads, head_dim, inverse);
-  HP_CUDA_CHECK_LAUNCH("rope");
-}
-
-}  // namespace
 
 void rope(const LaunchContext& ctx, Elem t, void* x, const float2* table, int64_t rows,
           int64_t ld, int64_t seq, int64_t n_heads, int64_t head_dim, bool inverse) {
-  if (rows == 0 || n_heads == 0 || head_dim == 0) return;
-  if (t == Elem::kF32) return rope_as<float>(ctx, x, table, rows, ld, seq, n_heads, head_dim, inverse);
-  rope_as<Bf16>(ctx, x, table, rows, ld, seq, n_heads, head_dim, inverse);
+  CudaLaunch launch{ctx.stream};
+  rope_run(launch, ctx.sm_count, t, x, table, rows, ld, seq, n_heads, head_dim, inverse);
 }
 
 }  // namespace hp::cuda
