@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run HERE (any machine with nvcc, no GPU needed): builds the CUDA tests and benchmark (HP_CUDA=ON)
+# Run HERE (any machine with nvcc, no GPU needed): builds the CUDA tests and benchmarks (HP_CUDA=ON)
 # and collects into .gpu/ what the GPU machine needs to run them: the binaries (debug info
 # stripped) and the small shared libraries they load that a GPU machine may lack (libstdc++, fmt,
 # ...; glibc's libraries apart, in .gpu/lib/glibc, for hosts with an older glibc). Not collected:
@@ -31,7 +31,11 @@ grep -q '^HP_CUDA:BOOL=ON' "$build/CMakeCache.txt" || {
   echo "gpu_check: $build is configured with HP_CUDA=OFF; use another HP_GPU_BUILD dir" >&2
   exit 1
 }
-targets=(test_cuda bench_cuda)
+# Every GPU test and benchmark this tree defines (the attention's own come with cuda-attn).
+targets=()
+for t in test_cuda test_cuda_attn bench_cuda bench_attention_cuda; do
+  if ninja -C "$build" -t query "$t" >/dev/null 2>&1; then targets+=("$t"); fi
+done
 nice cmake --build "$build" -j "${HP_JOBS:-2}" --target "${targets[@]}"
 
 rm -rf .gpu
