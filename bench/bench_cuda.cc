@@ -64,13 +64,19 @@ void bench_gemms(Backend& be, int64_t n) {
     Buffer c = random_buffer(be, t, n * n), c32 = random_buffer(be, DType::kF32, n * n);
     const std::string shape = std::to_string(n) + "^3 " + dtype_name(t);
     const double flops = 2.0 * n * n * n;
-    report("gemm NT", shape, median_seconds(be, [&] {
-      k.gemm(false, true, n, n, n, 1.0, a.ptr(), n, b.ptr(), n, 0.0, c.ptr(), n);
-    }), flops, 0);
+    report("gemm NT", shape,
+           median_seconds(
+               be,
+               [&] { k.gemm(false, true, n, n, n, 1.0, a.ptr(), n, b.ptr(), n, 0.0, c.ptr(), n); }),
+           flops, 0);
     if (t == DType::kBF16) {
-      report("gemm TN += into f32", shape, median_seconds(be, [&] {
-        k.gemm(true, false, n, n, n, 1.0, a.ptr(), n, b.ptr(), n, 1.0, c32.ptr(), n);
-      }), flops, 0);
+      report("gemm TN += into f32", shape,
+             median_seconds(be,
+                            [&] {
+                              k.gemm(true, false, n, n, n, 1.0, a.ptr(), n, b.ptr(), n, 1.0,
+                                     c32.ptr(), n);
+                            }),
+             flops, 0);
     }
   }
 }
@@ -82,21 +88,29 @@ void bench_rows(Backend& be, DType t, int64_t rows, int64_t dim, int64_t vocab) 
   Buffer x = random_buffer(be, t, rows * dim), g = random_buffer(be, t, dim);
   Buffer y = random_buffer(be, t, rows * dim), dy = random_buffer(be, t, rows * dim);
   Buffer rstd(be, DType::kF32, rows), dg = random_buffer(be, DType::kF32, dim);
-  report("rmsnorm_forward", shape, median_seconds(be, [&] {
-    k.rmsnorm_forward(y.ptr(), rstd.ptr(), x.ptr(), g.ptr(), rows, dim, 1e-5);
-  }), 0, 2.0 * rows * dim * e);
-  report("rmsnorm_backward", shape, median_seconds(be, [&] {
-    k.rmsnorm_backward(y.ptr(), dg.ptr(), dy.ptr(), x.ptr(), g.ptr(), rstd.ptr(), rows, dim, false);
-  }), 0, 3.0 * rows * dim * e);
-  report("rope", shape, median_seconds(be, [&] {
-    k.rope(x.ptr(), rows, dim, rows, dim / 128, 128, 1e4, false);
-  }), 0, 2.0 * rows * dim * e);
-  report("swiglu_forward", shape, median_seconds(be, [&] {
-    k.swiglu_forward(y.ptr(), x.ptr(), dy.ptr(), rows * dim);
-  }), 0, 3.0 * rows * dim * e);
-  report("swiglu_backward", shape, median_seconds(be, [&] {
-    k.swiglu_backward(y.ptr(), x.ptr(), dy.ptr(), x.ptr(), dy.ptr(), rows * dim);
-  }), 0, 5.0 * rows * dim * e);
+  report(
+      "rmsnorm_forward", shape,
+      median_seconds(
+          be, [&] { k.rmsnorm_forward(y.ptr(), rstd.ptr(), x.ptr(), g.ptr(), rows, dim, 1e-5); }),
+      0, 2.0 * rows * dim * e);
+  report("rmsnorm_backward", shape,
+         median_seconds(be,
+                        [&] {
+                          k.rmsnorm_backward(y.ptr(), dg.ptr(), dy.ptr(), x.ptr(), g.ptr(),
+                                             rstd.ptr(), rows, dim, false);
+                        }),
+         0, 3.0 * rows * dim * e);
+  report("rope", shape,
+         median_seconds(be, [&] { k.rope(x.ptr(), rows, dim, rows, dim / 128, 128, 1e4, false); }),
+         0, 2.0 * rows * dim * e);
+  report("swiglu_forward", shape,
+         median_seconds(be, [&] { k.swiglu_forward(y.ptr(), x.ptr(), dy.ptr(), rows * dim); }), 0,
+         3.0 * rows * dim * e);
+  report("swiglu_backward", shape,
+         median_seconds(
+             be,
+             [&] { k.swiglu_backward(y.ptr(), x.ptr(), dy.ptr(), x.ptr(), dy.ptr(), rows * dim); }),
+         0, 5.0 * rows * dim * e);
 
   std::vector<int32_t> host_tokens(static_cast<size_t>(rows));
   std::mt19937 gen(7);
@@ -104,24 +118,34 @@ void bench_rows(Backend& be, DType t, int64_t rows, int64_t dim, int64_t vocab) 
   Buffer tokens(be, DType::kF32, rows);
   be.upload(tokens.data(), host_tokens.data(), rows * 4);
   const auto* tk = static_cast<const int32_t*>(tokens.data());
-  Buffer table = random_buffer(be, t, vocab * dim), dtable = random_buffer(be, DType::kF32, vocab * dim);
-  report("embedding_forward", shape, median_seconds(be, [&] {
-    k.embedding_forward(x.ptr(), tk, table.ptr(), rows, dim);
-  }), 0, 2.0 * rows * dim * e);
-  report("embedding_backward", shape, median_seconds(be, [&] {
-    k.embedding_backward(dtable.ptr(), tk, dy.ptr(), rows, dim);
-  }), 0, rows * dim * (e + 8.0));
+  Buffer table = random_buffer(be, t, vocab * dim),
+         dtable = random_buffer(be, DType::kF32, vocab * dim);
+  report("embedding_forward", shape,
+         median_seconds(be, [&] { k.embedding_forward(x.ptr(), tk, table.ptr(), rows, dim); }), 0,
+         2.0 * rows * dim * e);
+  report("embedding_backward", shape,
+         median_seconds(be, [&] { k.embedding_backward(dtable.ptr(), tk, dy.ptr(), rows, dim); }),
+         0, rows * dim * (e + 8.0));
 
-  const std::string ce_shape = std::to_string(rows) + "x" + std::to_string(vocab) + " " + dtype_name(t);
+  const std::string ce_shape =
+      std::to_string(rows) + "x" + std::to_string(vocab) + " " + dtype_name(t);
   Buffer logits = random_buffer(be, t, rows * vocab, 3.0f), lse(be, DType::kF32, rows);
   Buffer loss(be, DType::kF64, 1);
   be.zero(loss.data(), 8);
-  report("cross_entropy_forward", ce_shape, median_seconds(be, [&] {
-    k.cross_entropy_forward(logits.ptr(), vocab, tk, rows, vocab, lse.ptr(), loss.ptr());
-  }), 0, 1.0 * rows * vocab * e);
-  report("cross_entropy_backward", ce_shape, median_seconds(be, [&] {
-    k.cross_entropy_backward(logits.ptr(), logits.ptr(), vocab, lse.ptr(), tk, rows, vocab, 1e-4);
-  }), 0, 2.0 * rows * vocab * e);
+  report("cross_entropy_forward", ce_shape,
+         median_seconds(be,
+                        [&] {
+                          k.cross_entropy_forward(logits.ptr(), vocab, tk, rows, vocab, lse.ptr(),
+                                                  loss.ptr());
+                        }),
+         0, 1.0 * rows * vocab * e);
+  report("cross_entropy_backward", ce_shape,
+         median_seconds(be,
+                        [&] {
+                          k.cross_entropy_backward(logits.ptr(), logits.ptr(), vocab, lse.ptr(), tk,
+                                                   rows, vocab, 1e-4);
+                        }),
+         0, 2.0 * rows * vocab * e);
 }
 
 void bench_update(Backend& be, int64_t n) {
@@ -131,15 +155,17 @@ void bench_update(Backend& be, int64_t n) {
   Buffer copy(be, DType::kBF16, n);
   be.zero(v.data(), v.bytes());
   const std::string shape = std::to_string(n) + " f32 (+bf16 copy)";
-  report("adamw", shape, median_seconds(be, [&] {
-    k.adamw(p.ptr(), g.ptr(), m.ptr(), v.ptr(), n, 1e-4, 0.9, 0.95, 1e-8, 0.1, 3, 1.0, copy.ptr());
-  }), 0, n * (7 * 4.0 + 2));
-  report("sum_squares", std::to_string(n) + " f32", median_seconds(be, [&] {
-    (void)k.sum_squares(g.ptr(), n);
-  }), 0, n * 4.0);
-  report("convert f32->bf16", std::to_string(n), median_seconds(be, [&] {
-    k.convert(copy.ptr(), p.ptr(), n);
-  }), 0, n * 6.0);
+  report("adamw", shape,
+         median_seconds(be,
+                        [&] {
+                          k.adamw(p.ptr(), g.ptr(), m.ptr(), v.ptr(), n, 1e-4, 0.9, 0.95, 1e-8, 0.1,
+                                  3, 1.0, copy.ptr());
+                        }),
+         0, n * (7 * 4.0 + 2));
+  report("sum_squares", std::to_string(n) + " f32",
+         median_seconds(be, [&] { (void)k.sum_squares(g.ptr(), n); }), 0, n * 4.0);
+  report("convert f32->bf16", std::to_string(n),
+         median_seconds(be, [&] { k.convert(copy.ptr(), p.ptr(), n); }), 0, n * 6.0);
 }
 
 void bench_attention(Backend& be, DType t, int64_t seq) {
@@ -160,14 +186,18 @@ void bench_attention(Backend& be, DType t, int64_t seq) {
   const std::string shape = "s=" + std::to_string(seq) + " h=32/8 d=128 " + dtype_name(t);
   const double fwd_flops = 2.0 * 2.0 * s.heads * (0.5 * seq * seq) * s.head_dim;
   try {
-    report("attention_forward", shape, median_seconds(be, [&] {
-      k.attention_forward(s, q, kk, v, o.ptr(), lse.ptr());
-    }), fwd_flops, 0);
-    report("attention_backward", shape, median_seconds(be, [&] {
-      k.attention_backward(s, q, kk, v, o.ptr(), dout.ptr(), lse.ptr(), dqkv.ptr(),
-                           dqkv.ptr().at(s.heads * s.head_dim),
-                           dqkv.ptr().at((s.heads + s.kv_heads) * s.head_dim));
-    }), 2.5 * fwd_flops, 0);
+    report("attention_forward", shape,
+           median_seconds(be, [&] { k.attention_forward(s, q, kk, v, o.ptr(), lse.ptr()); }),
+           fwd_flops, 0);
+    report("attention_backward", shape,
+           median_seconds(be,
+                          [&] {
+                            k.attention_backward(
+                                s, q, kk, v, o.ptr(), dout.ptr(), lse.ptr(), dqkv.ptr(),
+                                dqkv.ptr().at(s.heads * s.head_dim),
+                                dqkv.ptr().at((s.heads + s.kv_heads) * s.head_dim));
+                          }),
+           2.5 * fwd_flops, 0);
   } catch (const Error& e) {
     std::printf("attention: %s\n", e.what());
   }

@@ -1,5 +1,7 @@
 // The caching allocator over a fake system allocator (no GPU needed): size classes, reuse without
 // new system allocations, statistics, the out-of-memory path and bad frees.
+#include "kernels/cuda/caching_allocator.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -7,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/caching_allocator.h"
 #include "util/error.h"
 
 namespace hp::cuda {

@@ -33,9 +33,9 @@ TEST_P(CudaAttentionTest, MatchesReferenceThroughKernels) {
   const double tol_bwd = t() == DType::kF32 ? 5e-5 : 6e-2;
   for (const Case& c : {Case{2, 37, 4, 2, 64}, Case{1, 130, 2, 1, 128}, Case{1, 1, 1, 1, 64},
                         Case{3, 65, 2, 2, 64}}) {
-    SCOPED_TRACE(::testing::Message() << "batch=" << c.batch << " seq=" << c.seq << " heads="
-                                      << c.heads << " kv_heads=" << c.kv_heads
-                                      << " head_dim=" << c.head_dim);
+    SCOPED_TRACE(::testing::Message()
+                 << "batch=" << c.batch << " seq=" << c.seq << " heads=" << c.heads
+                 << " kv_heads=" << c.kv_heads << " head_dim=" << c.head_dim);
     AttnShape s;
     s.batch = c.batch;
     s.seq = c.seq;

@@ -150,8 +150,7 @@ TEST_F(CudaBackendTest, BadTargetIsReportedAtSynchronize) {
   Buffer targets = to_dev(std::vector<int32_t>{1, 2, 10, 3});  // row 2 is out of range
   Buffer lse = poisoned(DType::kF32, rows);
   Buffer loss = to_dev(FVec{0.0f}, DType::kF64);
-  k_->cross_entropy_forward(logits.ptr(), vocab, ints(targets), rows, vocab, lse.ptr(),
-                            loss.ptr());
+  k_->cross_entropy_forward(logits.ptr(), vocab, ints(targets), rows, vocab, lse.ptr(), loss.ptr());
   try {
     be_->synchronize();
     FAIL() << "an out-of-range target went unreported";
@@ -190,9 +189,9 @@ TEST_F(CudaBackendTest, KernelsRejectBadArguments) {
   EXPECT_THROW(k_->cross_entropy_backward(h.ptr(), a.ptr(), 16, a.ptr(), nullptr, 1, 16, 1.0),
                Error)
       << "null targets";
-  EXPECT_THROW(k_->adamw(h.ptr(), a.ptr(), a.ptr(), a.ptr(), 16, 1e-3, 0.9, 0.95, 1e-8, 0, 1, 1,
-                         DataPtr()),
-               Error)
+  EXPECT_THROW(
+      k_->adamw(h.ptr(), a.ptr(), a.ptr(), a.ptr(), 16, 1e-3, 0.9, 0.95, 1e-8, 0, 1, 1, DataPtr()),
+      Error)
       << "master weights are f32";
   be_->synchronize();
 }

@@ -94,8 +94,8 @@ class CudaGemmTest : public CudaTest {
   }
 };
 
-const std::vector<std::array<int64_t, 3>> kShapes = {
-    {1, 1, 1}, {7, 5, 3}, {67, 200, 72}, {128, 256, 64}, {33, 17, 333}, {5, 1000, 16}};
+const std::vector<std::array<int64_t, 3>> kShapes = {{1, 1, 1},      {7, 5, 3},     {67, 200, 72},
+                                                     {128, 256, 64}, {33, 17, 333}, {5, 1000, 16}};
 
 TEST_F(CudaGemmTest, F32AllTransposesOddShapes) {
   for (const auto& [m, n, kk] : kShapes) {

@@ -32,7 +32,7 @@ class CudaKernelsTest : public CudaTypedTest {
 INSTANTIATE_TEST_SUITE_P(Types, CudaKernelsTest, ::testing::Values(DType::kF32, DType::kBF16),
                          type_param_name);
 
-const std::vector<std::pair<int64_t, int64_t>> kRowShapes = {{1, 72},  {7, 200},  {67, 256},
+const std::vector<std::pair<int64_t, int64_t>> kRowShapes = {{1, 72},   {7, 200},  {67, 256},
                                                              {130, 37}, {3, 4104}, {5, 1001}};
 
 TEST_P(CudaKernelsTest, RmsNormForward) {
@@ -67,8 +67,8 @@ TEST_P(CudaKernelsTest, RmsNormBackward) {
       for (int run = 0; run < 2; ++run) {
         Buffer bdx = accumulate ? to_dev(dx0, t()) : poisoned(t(), rows * dim);
         Buffer bdg = to_dev(dg0, DType::kF32);
-        k_->rmsnorm_backward(bdx.ptr(), bdg.ptr(), bdy.ptr(), bx.ptr(), bg.ptr(), brstd.ptr(),
-                             rows, dim, accumulate);
+        k_->rmsnorm_backward(bdx.ptr(), bdg.ptr(), bdy.ptr(), bx.ptr(), bg.ptr(), brstd.ptr(), rows,
+                             dim, accumulate);
         const FVec got_dx = from_dev(bdx), got_dg = from_dev(bdg);
         if (run == 0) {
           DVec rdx = accumulate ? to_d(dx0) : DVec(rows * dim, 0.0), rdg = to_d(dg0);
@@ -100,8 +100,8 @@ TEST_P(CudaKernelsTest, RopeForwardAndInverse) {
                                        {3, 5, 1, 2, 1, 1e4},
                                        {1, 300, 3, 72, 5, 1e4}};
   for (const RopeCase& c : cases) {
-    SCOPED_TRACE(::testing::Message() << "batch=" << c.batch << " seq=" << c.seq << " heads="
-                                      << c.heads << " head_dim=" << c.head_dim);
+    SCOPED_TRACE(::testing::Message() << "batch=" << c.batch << " seq=" << c.seq
+                                      << " heads=" << c.heads << " head_dim=" << c.head_dim);
     const int64_t rows = c.batch * c.seq, width = c.heads * c.head_dim, ld = width + c.pad;
     const FVec x = rounded(randn(rows * ld), t());
     Buffer bx = to_dev(x, t());
@@ -160,14 +160,14 @@ struct CeCase {
 // Logits in the compute type and, for bf16, also f32 (an f32 head); forward twice (bitwise
 // equal: fixed-order sums); backward into fresh and into the logits themselves (in place).
 TEST_P(CudaKernelsTest, CrossEntropy) {
-  const std::vector<CeCase> cases = {{1, 1, 0}, {5, 200, 0}, {67, 1000, 3}, {3, 50257, 0},
-                                     {2, 256, 8}};
+  const std::vector<CeCase> cases = {
+      {1, 1, 0}, {5, 200, 0}, {67, 1000, 3}, {3, 50257, 0}, {2, 256, 8}};
   std::vector<DType> logit_types = {t()};
   if (t() == DType::kBF16) logit_types.push_back(DType::kF32);
   for (DType lt : logit_types) {
     for (const CeCase& c : cases) {
-      SCOPED_TRACE(::testing::Message() << "rows=" << c.rows << " vocab=" << c.vocab << " pad="
-                                        << c.pad << " logits " << dtype_name(lt));
+      SCOPED_TRACE(::testing::Message() << "rows=" << c.rows << " vocab=" << c.vocab
+                                        << " pad=" << c.pad << " logits " << dtype_name(lt));
       const int64_t ld = c.vocab + c.pad;
       const FVec logits = rounded(randn(c.rows * ld, 3.0f), lt);
       const std::vector<int32_t> targets = tokens(c.rows, static_cast<int32_t>(c.vocab));

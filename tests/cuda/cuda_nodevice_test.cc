@@ -11,7 +11,8 @@ namespace hp {
 namespace {
 
 TEST(CudaNoDevice, CountIsZeroAndBackendSaysWhy) {
-  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present; this test is for machines without one";
+  if (cuda_device_count() > 0)
+    GTEST_SKIP() << "a CUDA device is present; this test is for machines without one";
   EXPECT_EQ(cuda_device_count(), 0);
   EXPECT_EQ(cuda_device_count(), 0) << "a second call must not crash or change its answer";
   EXPECT_FALSE(cuda_unavailable_reason().empty());

@@ -26,7 +26,8 @@ using DVec = std::vector<double>;
 // Seed of this process's random inputs: HP_TEST_SEED if set, else fresh; printed on failures.
 inline uint32_t base_seed() {
   static const uint32_t seed = [] {
-    if (const char* s = std::getenv("HP_TEST_SEED")) return static_cast<uint32_t>(std::strtoul(s, nullptr, 10));
+    if (const char* s = std::getenv("HP_TEST_SEED"))
+      return static_cast<uint32_t>(std::strtoul(s, nullptr, 10));
     return static_cast<uint32_t>(std::random_device{}());
   }();
   return seed;
@@ -53,8 +54,8 @@ inline ::testing::AssertionResult near(const FVec& got, const DVec& ref, double 
   }
   if (got.size() < static_cast<size_t>((rows - 1) * ld + width) ||
       ref.size() < static_cast<size_t>((rows - 1) * ld + width)) {
-    return ::testing::AssertionFailure() << what << ": output sizes " << got.size() << "/"
-                                         << ref.size() << " are too small";
+    return ::testing::AssertionFailure()
+           << what << ": output sizes " << got.size() << "/" << ref.size() << " are too small";
   }
   double worst = 0, mag = 1e-30;
   int64_t worst_at = 0, bad = 0, first_bad = -1;
@@ -76,8 +77,8 @@ inline ::testing::AssertionResult near(const FVec& got, const DVec& ref, double 
   if (bad > 0) {
     return ::testing::AssertionFailure()
            << what << ": " << bad << " outputs not finite (not written?), first at index "
-           << first_bad << " (row " << first_bad / ld << ", column " << first_bad % ld
-           << "): got " << got[static_cast<size_t>(first_bad)] << ", reference "
+           << first_bad << " (row " << first_bad / ld << ", column " << first_bad % ld << "): got "
+           << got[static_cast<size_t>(first_bad)] << ", reference "
            << ref[static_cast<size_t>(first_bad)] << "; seed " << base_seed();
   }
   const double err = worst / mag;
@@ -129,8 +130,8 @@ class CudaTest : public ::testing::Test {
       GTEST_SKIP() << "no CUDA device (" << cuda_unavailable_reason() << ")";
     }
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    const uint32_t salt = static_cast<uint32_t>(std::hash<std::string>{}(
-        std::string(info->test_suite_name()) + "." + info->name()));
+    const uint32_t salt = static_cast<uint32_t>(
+        std::hash<std::string>{}(std::string(info->test_suite_name()) + "." + info->name()));
     rng_.seed(base_seed() ^ salt);
     RecordProperty("seed", std::to_string(base_seed()));
     be_ = make_cuda_backend(0);

@@ -56,14 +56,23 @@ TEST_F(CudaUpdateTest, AdamW) {
 
 TEST_F(CudaUpdateTest, ConvertRoundsLikeTheHost) {
   const float inf = std::numeric_limits<float>::infinity();
-  FVec x = {0.0f, -0.0f, 1.0f, -1.0f,
+  FVec x = {0.0f,
+            -0.0f,
+            1.0f,
+            -1.0f,
             std::bit_cast<float>(0x3f808000u),  // 1 + 2^-8: a tie, rounds to even (1)
             std::bit_cast<float>(0x3f818000u),  // a tie that rounds up
             std::bit_cast<float>(0x3f808001u),  // just above a tie
-            inf, -inf, std::bit_cast<float>(0x7fc00001u), std::bit_cast<float>(0xff800001u),
-            1e-40f, -1e-45f, std::numeric_limits<float>::max(),
+            inf,
+            -inf,
+            std::bit_cast<float>(0x7fc00001u),
+            std::bit_cast<float>(0xff800001u),
+            1e-40f,
+            -1e-45f,
+            std::numeric_limits<float>::max(),
             std::bit_cast<float>(0x7f7f8000u),  // rounds up to infinity
-            65504.0f, 3.14159265f};
+            65504.0f,
+            3.14159265f};
   const FVec more = randn(5003, 100.0f);
   x.insert(x.end(), more.begin(), more.end());
   const int64_t n = static_cast<int64_t>(x.size());
@@ -99,7 +108,8 @@ TEST_F(CudaUpdateTest, NoAllocationInSteadyState) {
   Buffer loss = to_dev(FVec{0.0f}, DType::kF64), tok = to_dev(tokens(rows, vocab));
   Buffer table = to_dev(randn(vocab * dim), DType::kBF16);
   Buffer dtable = to_dev(FVec(vocab * dim, 0.0f), DType::kF32);
-  Buffer master = to_dev(randn(ff * dim), DType::kF32), mom = to_dev(FVec(ff * dim, 0.0f), DType::kF32);
+  Buffer master = to_dev(randn(ff * dim), DType::kF32),
+         mom = to_dev(FVec(ff * dim, 0.0f), DType::kF32);
   Buffer var = to_dev(FVec(ff * dim, 0.0f), DType::kF32);
   auto pass = [&] {
     k_->embedding_forward(x.ptr(), ints(tok), table.ptr(), rows, dim);
@@ -110,12 +120,13 @@ TEST_F(CudaUpdateTest, NoAllocationInSteadyState) {
     k_->cross_entropy_forward(logits.ptr(), vocab, ints(tok), rows, vocab, lse.ptr(), loss.ptr());
     k_->cross_entropy_backward(logits.ptr(), logits.ptr(), vocab, lse.ptr(), ints(tok), rows, vocab,
                                1.0 / rows);
-    k_->rmsnorm_backward(x.ptr(), dg.ptr(), y.ptr(), x.ptr(), g.ptr(), rstd.ptr(), rows, dim, false);
+    k_->rmsnorm_backward(x.ptr(), dg.ptr(), y.ptr(), x.ptr(), g.ptr(), rstd.ptr(), rows, dim,
+                         false);
     k_->embedding_backward(dtable.ptr(), ints(tok), x.ptr(), rows, dim);
     const double norm = k_->sum_squares(wgrad.ptr(), ff * dim);
     EXPECT_TRUE(std::isfinite(norm));
-    k_->adamw(master.ptr(), wgrad.ptr(), mom.ptr(), var.ptr(), ff * dim, 1e-3, 0.9, 0.95, 1e-8,
-              0.0, 1, 1.0, w.ptr());
+    k_->adamw(master.ptr(), wgrad.ptr(), mom.ptr(), var.ptr(), ff * dim, 1e-3, 0.9, 0.95, 1e-8, 0.0,
+              1, 1.0, w.ptr());
     be_->synchronize();
   };
   pass();

@@ -156,9 +156,15 @@ inline void run_block(int nthreads, std::vector<unsigned char>& smem, uint32_t s
       std::abort();
     }
     switch (schedule) {
-      case Schedule::kRandom: b.current = ready[b.rng() % ready.size()]; break;
-      case Schedule::kLowFirst: b.current = ready.front(); break;
-      case Schedule::kHighFirst: b.current = ready.back(); break;
+      case Schedule::kRandom:
+        b.current = ready[b.rng() % ready.size()];
+        break;
+      case Schedule::kLowFirst:
+        b.current = ready.front();
+        break;
+      case Schedule::kHighFirst:
+        b.current = ready.back();
+        break;
     }
     swapcontext(&b.sched, &b.fibers[b.current].ctx);
   }

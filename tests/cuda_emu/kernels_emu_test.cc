@@ -88,8 +88,8 @@ FVec rounded(FVec v, Elem t) {
 ::testing::AssertionResult same_bits(const FVec& a, const FVec& b, const std::string& what) {
   for (size_t i = 0; i < a.size(); ++i) {
     if (std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i])) {
-      return ::testing::AssertionFailure() << what << ": differs at " << i << ": " << a[i]
-                                           << " vs " << b[i];
+      return ::testing::AssertionFailure()
+             << what << ": differs at " << i << ": " << a[i] << " vs " << b[i];
     }
   }
   return a.size() == b.size() ? ::testing::AssertionSuccess()
@@ -129,8 +129,8 @@ INSTANTIATE_TEST_SUITE_P(Types, KernelsEmuTest, ::testing::Values(Elem::kF32, El
 // dim 72 and 200 take the vector path, 37 and an offset view the scalar one; 7 rows over 2 SMs
 // split unevenly across the backward's 4 blocks.
 TEST_P(KernelsEmuTest, RmsNorm) {
-  for (auto [rows, dim, off] : {std::array<int64_t, 3>{3, 72, 0}, {7, 37, 0}, {5, 200, 0},
-                                {7, 72, 1}}) {
+  for (auto [rows, dim, off] :
+       {std::array<int64_t, 3>{3, 72, 0}, {7, 37, 0}, {5, 200, 0}, {7, 72, 1}}) {
     SCOPED_TRACE(::testing::Message() << rows << "x" << dim << " offset " << off);
     const FVec x = randn(rows * dim + off), g = randn(dim + off), dy = randn(rows * dim + off);
     Data dx(t(), x), dg(t(), g), ddy(t(), dy), y(t(), FVec(rows * dim + off, NAN));
@@ -212,7 +212,6 @@ TEST_P(KernelsEmuTest, Elementwise) {
     DVec ry = ud;
     ref_.axpy(ry.data(), gd.data(), -0.3, n);
     EXPECT_TRUE(near(y.floats(off), ry, tol(4e-6), "axpy"));
-
   }
 }
 
@@ -234,8 +233,8 @@ TEST_P(KernelsEmuTest, SumSquares) {
 
 TEST_P(KernelsEmuTest, CrossEntropy) {
   // vocab 200 f32 and 256 take the vector path; 37 and 1001 the scalar one; ld pads some rows.
-  for (auto [rows, vocab, pad] : {std::array<int64_t, 3>{3, 37, 0}, {2, 200, 0}, {3, 1001, 3},
-                                  {2, 256, 8}}) {
+  for (auto [rows, vocab, pad] :
+       {std::array<int64_t, 3>{3, 37, 0}, {2, 200, 0}, {3, 1001, 3}, {2, 256, 8}}) {
     SCOPED_TRACE(::testing::Message() << rows << "x" << vocab << " pad " << pad);
     const int64_t ld = vocab + pad;
     const FVec logits = randn(rows * ld, 3.0f);
@@ -352,8 +351,8 @@ TEST(KernelsEmu, AdamWAndConvert) {
     FVec rp(p.begin() + off, p.end()), rm(m.begin() + off, m.end()), rv(v.begin() + off, v.end());
     FVec gs(n);
     for (int64_t i = 0; i < n; ++i) gs[i] = g[i + off] * static_cast<float>(scale);
-    ReferenceKernels<float>().adamw(rp.data(), gs.data(), rm.data(), rv.data(), n, lr, b1, b2,
-                                    eps, wd, step);
+    ReferenceKernels<float>().adamw(rp.data(), gs.data(), rm.data(), rv.data(), n, lr, b1, b2, eps,
+                                    wd, step);
     std::vector<bf16> copy(n + off);
     adamw_run(launch, 1, p.data() + off, g.data() + off, m.data() + off, v.data() + off, n, c,
               Elem::kBF16, copy.data() + off);

@@ -60,11 +60,11 @@ void* CachingAllocator::allocate(int64_t bytes) {
       p = system_.allocate(size);
     }
     if (!p) {
-      fail("{}: out of memory: requested {} bytes ({} after rounding to a size class); {} bytes "
-           "in use, {} bytes reserved ({} cached) by this backend; {}. Use a smaller micro-batch "
-           "or sequence length, more stages, or recomputation.",
-           name_, bytes, size, stats_.in_use, stats_.reserved, cached_bytes_,
-           system_.describe());
+      fail(
+          "{}: out of memory: requested {} bytes ({} after rounding to a size class); {} bytes "
+          "in use, {} bytes reserved ({} cached) by this backend; {}. Use a smaller micro-batch "
+          "or sequence length, more stages, or recomputation.",
+          name_, bytes, size, stats_.in_use, stats_.reserved, cached_bytes_, system_.describe());
     }
     stats_.reserved += size;
     ++stats_.system_allocations;

@@ -9,8 +9,8 @@ void cross_entropy_forward(const LaunchContext& ctx, Elem t, const void* logits,
                            const int32_t* targets, int64_t rows, int64_t vocab, float* lse,
                            double* row_loss, double* loss_sum) {
   CudaLaunch launch{ctx.stream};
-  cross_entropy_forward_run(launch, ctx.errors, t, logits, ld, targets, rows, vocab, lse,
-                            row_loss, loss_sum);
+  cross_entropy_forward_run(launch, ctx.errors, t, logits, ld, targets, rows, vocab, lse, row_loss,
+                            loss_sum);
 }
 
 void cross_entropy_backward(const LaunchContext& ctx, Elem dt, void* dlogits, Elem lt,

@@ -37,7 +37,8 @@ __device__ __forceinline__ void block_lse(float& m, float& s) {
   __shared__ float pm[32], ps[32];
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
-    lse_merge(m, s, __shfl_xor_sync(0xffffffffu, m, offset), __shfl_xor_sync(0xffffffffu, s, offset));
+    lse_merge(m, s, __shfl_xor_sync(0xffffffffu, m, offset),
+              __shfl_xor_sync(0xffffffffu, s, offset));
   }
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int warp = static_cast<int>(threadIdx.x) >> 5;
@@ -51,7 +52,8 @@ __device__ __forceinline__ void block_lse(float& m, float& s) {
   s = lane < warps ? ps[lane] : 0.0f;
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
-    lse_merge(m, s, __shfl_xor_sync(0xffffffffu, m, offset), __shfl_xor_sync(0xffffffffu, s, offset));
+    lse_merge(m, s, __shfl_xor_sync(0xffffffffu, m, offset),
+              __shfl_xor_sync(0xffffffffu, s, offset));
   }
 }
 
@@ -69,7 +71,8 @@ __global__ void cross_entropy_forward_kernel(const T* logits, int64_t ld, const 
 #pragma unroll
     for (int j = 0; j < N; ++j) lse_add(m, s, v[j]);
   }
-  for (int64_t c = packs * N + threadIdx.x; c < vocab; c += blockDim.x) lse_add(m, s, to_float(row[c]));
+  for (int64_t c = packs * N + threadIdx.x; c < vocab; c += blockDim.x)
+    lse_add(m, s, to_float(row[c]));
   block_lse(m, s);
   if (threadIdx.x == 0) {
     const float l = m + logf(s);
@@ -128,9 +131,9 @@ __global__ void cross_entropy_backward_kernel(TD* dlogits, const TL* logits, int
 }
 
 template <typename T, class L>
-void cross_entropy_forward_as(L& launch, DeviceErrorRecord* errors, const void* logits,
-                              int64_t ld, const int32_t* targets, int64_t rows, int64_t vocab,
-                              float* lse, double* row_loss) {
+void cross_entropy_forward_as(L& launch, DeviceErrorRecord* errors, const void* logits, int64_t ld,
+                              const int32_t* targets, int64_t rows, int64_t vocab, float* lse,
+                              double* row_loss) {
   constexpr int kN = 16 / sizeof(T);
   const T* lt = static_cast<const T*>(logits);
   if (ld % kN == 0 && is_aligned(logits, 16)) {
@@ -138,9 +141,8 @@ void cross_entropy_forward_as(L& launch, DeviceErrorRecord* errors, const void* 
            static_cast<unsigned>(rows), row_block_threads(vocab / kN), 0, lt, ld, targets, vocab,
            lse, row_loss, errors);
   } else {
-    launch("cross_entropy_forward", cross_entropy_forward_kernel<T, 1>,
-           static_cast<unsigned>(rows), row_block_threads(vocab), 0, lt, ld, targets, vocab, lse,
-           row_loss, errors);
+    launch("cross_entropy_forward", cross_entropy_forward_kernel<T, 1>, static_cast<unsigned>(rows),
+           row_block_threads(vocab), 0, lt, ld, targets, vocab, lse, row_loss, errors);
   }
 }
 
@@ -154,8 +156,7 @@ void cross_entropy_forward_run(L& launch, DeviceErrorRecord* errors, Elem t, con
     cross_entropy_forward_as<float>(launch, errors, logits, ld, targets, rows, vocab, lse,
                                     row_loss);
   } else {
-    cross_entropy_forward_as<Bf16>(launch, errors, logits, ld, targets, rows, vocab, lse,
-                                   row_loss);
+    cross_entropy_forward_as<Bf16>(launch, errors, logits, ld, targets, rows, vocab, lse, row_loss);
   }
   launch("cross_entropy_forward (row sum)", sum_rows_kernel, 1u, 256, 0,
          static_cast<const double*>(row_loss), rows, loss_sum);
@@ -182,20 +183,19 @@ void cross_entropy_backward_as(L& launch, DeviceErrorRecord* errors, void* dlogi
 template <class L>
 void cross_entropy_backward_run(L& launch, DeviceErrorRecord* errors, Elem dt, void* dlogits,
                                 Elem lt, const void* logits, int64_t ld, const float* lse,
-                                const int32_t* targets, int64_t rows, int64_t vocab,
-                                float scale) {
+                                const int32_t* targets, int64_t rows, int64_t vocab, float scale) {
   if (rows == 0) return;
   if (dt == Elem::kF32 && lt == Elem::kF32) {
     return cross_entropy_backward_as<float, float>(launch, errors, dlogits, logits, ld, lse,
                                                    targets, rows, vocab, scale);
   }
   if (dt == Elem::kBF16 && lt == Elem::kBF16) {
-    return cross_entropy_backward_as<Bf16, Bf16>(launch, errors, dlogits, logits, ld, lse,
-                                                 targets, rows, vocab, scale);
+    return cross_entropy_backward_as<Bf16, Bf16>(launch, errors, dlogits, logits, ld, lse, targets,
+                                                 rows, vocab, scale);
   }
   if (dt == Elem::kBF16 && lt == Elem::kF32) {
-    return cross_entropy_backward_as<Bf16, float>(launch, errors, dlogits, logits, ld, lse,
-                                                  targets, rows, vocab, scale);
+    return cross_entropy_backward_as<Bf16, float>(launch, errors, dlogits, logits, ld, lse, targets,
+                                                  rows, vocab, scale);
   }
   cross_entropy_backward_as<float, Bf16>(launch, errors, dlogits, logits, ld, lse, targets, rows,
                                          vocab, scale);

@@ -43,10 +43,10 @@ class CudaSystemMemory final : public SystemMemory {
       (void)cudaGetLastError();
       return "the device's free memory is unknown";
     }
-    return fmt::format("the device has {:.2f} GiB free of {:.2f} GiB (other backends and "
-                       "processes included)",
-                       static_cast<double>(free_bytes) / kGiB,
-                       static_cast<double>(total_bytes) / kGiB);
+    return fmt::format(
+        "the device has {:.2f} GiB free of {:.2f} GiB (other backends and "
+        "processes included)",
+        static_cast<double>(free_bytes) / kGiB, static_cast<double>(total_bytes) / kGiB);
   }
 
  private:
@@ -145,8 +145,8 @@ void CudaBackend::copy(void* dst, const void* src, int64_t bytes) {
   HP_CHECK(bytes >= 0, "cuda copy: negative size {}", bytes);
   if (bytes == 0 || dst == src) return;
   DeviceGuard guard(device_);
-  HP_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
-                                stream_));
+  HP_CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_));
 }
 
 // Each piece: wait until the staging buffer's previous copy has run, fill it, queue its copy.

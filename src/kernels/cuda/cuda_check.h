@@ -1,5 +1,5 @@
-// Status checks for CUDA runtime and cuBLASLt calls: a failed call throws hp::Error naming the call,
-// the status and where it was made. No fmt here, so kernel sources (*.cu) include it freely.
+// Status checks for CUDA runtime and cuBLASLt calls: a failed call throws hp::Error naming the
+// call, the status and where it was made. No fmt here, so kernel sources (*.cu) include it freely.
 #pragma once
 
 #include <cublasLt.h>

@@ -76,10 +76,10 @@ LtGemm::Plan LtGemm::make_plan(const Key& key) {
     HP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_lt_a = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // our B
     const cublasOperation_t op_lt_b = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // our A
-    HP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                   &op_lt_a, sizeof(op_lt_a)));
-    HP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                   &op_lt_b, sizeof(op_lt_b)));
+    HP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a,
+                                                   sizeof(op_lt_a)));
+    HP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b,
+                                                   sizeof(op_lt_b)));
     // Stored (column-major) shapes: our B is N x K (K x N when transposed) read column-major...
     const uint64_t lt_a_rows = static_cast<uint64_t>(key.trans_b ? key.k : key.n);
     const uint64_t lt_a_cols = static_cast<uint64_t>(key.trans_b ? key.n : key.k);

@@ -58,8 +58,8 @@ CudaKernels::CudaKernels(Backend& backend, int device, cudaStream_t stream)
     : backend_(backend), device_(device), stream_(stream) {
   DeviceGuard guard(device_);
   HP_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
-  HP_CUDA_CHECK(cudaDeviceGetAttribute(&max_shared_bytes_,
-                                       cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
+  HP_CUDA_CHECK(
+      cudaDeviceGetAttribute(&max_shared_bytes_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
   cudaDeviceProp prop{};
   HP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
   device_name_ = prop.name;
@@ -126,8 +126,9 @@ void CudaKernels::check_reported_errors() {
     DeviceGuard guard(device_);
     HP_CUDA_CHECK(cudaMemsetAsync(errors_device_.data(), 0, sizeof(DeviceErrorRecord), stream_));
   }
-  const char* when = "(found by a kernel queued before this synchronization; its output for that "
-                     "row holds NaN)";
+  const char* when =
+      "(found by a kernel queued before this synchronization; its output for that "
+      "row holds NaN)";
   switch (rec.code) {
     case kErrCrossEntropyTarget:
       fail("cuda:{}: cross_entropy_forward: target {} of row {} is outside [0, {}) {}", device_,
@@ -139,9 +140,10 @@ void CudaKernels::check_reported_errors() {
       fail("cuda:{}: embedding_forward: token {} at position {} is negative {}", device_, rec.b,
            rec.a, when);
     case kErrEmbeddingBackwardToken:
-      fail("cuda:{}: embedding_backward: token {} at position {} is negative (its row was "
-           "skipped; found by a kernel queued before this synchronization)",
-           device_, rec.b, rec.a);
+      fail(
+          "cuda:{}: embedding_backward: token {} at position {} is negative (its row was "
+          "skipped; found by a kernel queued before this synchronization)",
+          device_, rec.b, rec.a);
     default:
       fail("cuda:{}: a kernel reported an unknown error code {}", device_, rec.code);
   }
@@ -164,8 +166,7 @@ void CudaKernels::gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
   HP_CHECK(ldb >= std::max<int64_t>(1, trans_b ? K : N),
            "gemm: ldb={} is less than the {} columns of B{}", ldb, trans_b ? K : N,
            trans_b ? " (transposed: B is N x K)" : "");
-  HP_CHECK(ldc >= std::max<int64_t>(1, N), "gemm: ldc={} is less than the {} columns of C", ldc,
-           N);
+  HP_CHECK(ldc >= std::max<int64_t>(1, N), "gemm: ldc={} is less than the {} columns of C", ldc, N);
   if (M == 0 || N == 0) return;
   expect_ptr(C.data, "gemm", "C");
   DeviceGuard guard(device_);
@@ -229,8 +230,12 @@ void CudaKernels::rmsnorm_backward(DataPtr dx, DataPtr dg, ConstDataPtr dy, Cons
            "{}: dim {} needs {} bytes of shared memory per block, this GPU allows {}", k, dim,
            shared, max_shared_bytes_);
   if (rows == 0) return;
-  for (auto [p, name] : {std::pair<const void*, const char*>{dx.data, "dx"}, {dg.data, "dg"},
-                         {dy.data, "dy"}, {x.data, "x"}, {g.data, "g"}, {rstd.data, "rstd"}}) {
+  for (auto [p, name] : {std::pair<const void*, const char*>{dx.data, "dx"},
+                         {dg.data, "dg"},
+                         {dy.data, "dy"},
+                         {x.data, "x"},
+                         {g.data, "g"},
+                         {rstd.data, "rstd"}}) {
     expect_ptr(p, k, name);
   }
   DeviceGuard guard(device_);
@@ -292,16 +297,19 @@ void check_attention(const char* k, const AttnShape& s, ConstDataPtr q, ConstDat
   expect_type(v, q.dtype, k, "v");
   expect_type(o, q.dtype, k, "o");
   expect_type(lse, DType::kF32, k, "lse");
-  HP_CHECK(s.batch >= 1 && s.seq >= 1 && s.head_dim >= 1 && s.kv_heads >= 1 &&
-               s.heads % s.kv_heads == 0,
-           "{}: bad shape batch={} seq={} heads={} kv_heads={} head_dim={} (heads must be a "
-           "multiple of kv_heads)",
-           k, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim);
+  HP_CHECK(
+      s.batch >= 1 && s.seq >= 1 && s.head_dim >= 1 && s.kv_heads >= 1 && s.heads % s.kv_heads == 0,
+      "{}: bad shape batch={} seq={} heads={} kv_heads={} head_dim={} (heads must be a "
+      "multiple of kv_heads)",
+      k, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim);
   HP_CHECK(s.ld_qkv >= s.heads * s.head_dim && s.ld_o >= s.heads * s.head_dim,
            "{}: strides ld_qkv={} ld_o={} are smaller than heads*head_dim={}", k, s.ld_qkv, s.ld_o,
            s.heads * s.head_dim);
-  for (auto [p, name] : {std::pair<const void*, const char*>{q.data, "q"}, {kk.data, "k"},
-                         {v.data, "v"}, {o.data, "o"}, {lse.data, "lse"}}) {
+  for (auto [p, name] : {std::pair<const void*, const char*>{q.data, "q"},
+                         {kk.data, "k"},
+                         {v.data, "v"},
+                         {o.data, "o"},
+                         {lse.data, "lse"}}) {
     expect_ptr(p, k, name);
   }
 }
@@ -312,8 +320,8 @@ void CudaKernels::attention_forward(const AttnShape& s, ConstDataPtr q, ConstDat
                                     ConstDataPtr v, DataPtr o, DataPtr lse) {
   check_attention("attention_forward", s, q, k, v, o, lse);
   DeviceGuard guard(device_);
-  flash_attention_forward(q.dtype, s, q.data, k.data, v.data, o.data,
-                          static_cast<float*>(lse.data), stream_);
+  flash_attention_forward(q.dtype, s, q.data, k.data, v.data, o.data, static_cast<float*>(lse.data),
+                          stream_);
   HP_CUDA_CHECK_LAUNCH("flash_attention_forward");
 }
 
@@ -326,8 +334,10 @@ void CudaKernels::attention_backward(const AttnShape& s, ConstDataPtr q, ConstDa
   expect_type(dq, q.dtype, kn, "dq");
   expect_type(dk, q.dtype, kn, "dk");
   expect_type(dv, q.dtype, kn, "dv");
-  for (auto [p, name] : {std::pair<const void*, const char*>{dout.data, "dout"}, {dq.data, "dq"},
-                         {dk.data, "dk"}, {dv.data, "dv"}}) {
+  for (auto [p, name] : {std::pair<const void*, const char*>{dout.data, "dout"},
+                         {dq.data, "dq"},
+                         {dk.data, "dk"},
+                         {dv.data, "dv"}}) {
     expect_ptr(p, kn, name);
   }
   DeviceGuard guard(device_);
@@ -363,8 +373,11 @@ void CudaKernels::swiglu_backward(DataPtr dg, DataPtr du, ConstDataPtr dh, Const
   expect_type(u, g.dtype, k, "u");
   HP_CHECK(n >= 0, "{}: negative size {}", k, n);
   if (n == 0) return;
-  for (auto [p, name] : {std::pair<const void*, const char*>{dg.data, "dg"}, {du.data, "du"},
-                         {dh.data, "dh"}, {g.data, "g"}, {u.data, "u"}}) {
+  for (auto [p, name] : {std::pair<const void*, const char*>{dg.data, "dg"},
+                         {du.data, "du"},
+                         {dh.data, "dh"},
+                         {g.data, "g"},
+                         {u.data, "u"}}) {
     expect_ptr(p, k, name);
   }
   DeviceGuard guard(device_);
@@ -378,12 +391,14 @@ void CudaKernels::cross_entropy_forward(ConstDataPtr logits, int64_t ld, const i
   const Elem t = elem_of(logits.dtype, k);
   expect_type(lse, DType::kF32, k, "lse");
   expect_type(loss_sum, DType::kF64, k, "loss_sum");
-  HP_CHECK(rows >= 0 && vocab >= 1 && ld >= vocab, "{}: bad shape rows={} vocab={} ld={}", k,
-           rows, vocab, ld);
+  HP_CHECK(rows >= 0 && vocab >= 1 && ld >= vocab, "{}: bad shape rows={} vocab={} ld={}", k, rows,
+           vocab, ld);
   expect_grid_rows(rows, k);
   if (rows == 0) return;
   for (auto [p, name] : {std::pair<const void*, const char*>{logits.data, "logits"},
-                         {targets, "targets"}, {lse.data, "lse"}, {loss_sum.data, "loss_sum"}}) {
+                         {targets, "targets"},
+                         {lse.data, "lse"},
+                         {loss_sum.data, "loss_sum"}}) {
     expect_ptr(p, k, name);
   }
   DeviceGuard guard(device_);
@@ -403,12 +418,14 @@ void CudaKernels::cross_entropy_backward(DataPtr dlogits, ConstDataPtr logits, i
   HP_CHECK(dlogits.data != logits.data || dlogits.dtype == logits.dtype,
            "{}: dlogits ({}) aliases logits ({}); in place needs one type", k,
            dtype_name(dlogits.dtype), dtype_name(logits.dtype));
-  HP_CHECK(rows >= 0 && vocab >= 1 && ld >= vocab, "{}: bad shape rows={} vocab={} ld={}", k,
-           rows, vocab, ld);
+  HP_CHECK(rows >= 0 && vocab >= 1 && ld >= vocab, "{}: bad shape rows={} vocab={} ld={}", k, rows,
+           vocab, ld);
   expect_grid_rows(rows, k);
   if (rows == 0) return;
   for (auto [p, name] : {std::pair<const void*, const char*>{dlogits.data, "dlogits"},
-                         {logits.data, "logits"}, {targets, "targets"}, {lse.data, "lse"}}) {
+                         {logits.data, "logits"},
+                         {targets, "targets"},
+                         {lse.data, "lse"}}) {
     expect_ptr(p, k, name);
   }
   DeviceGuard guard(device_);
@@ -417,8 +434,8 @@ void CudaKernels::cross_entropy_backward(DataPtr dlogits, ConstDataPtr logits, i
                                      static_cast<float>(scale));
 }
 
-void CudaKernels::embedding_forward(DataPtr x, const int32_t* tokens, ConstDataPtr table,
-                                    int64_t n, int64_t dim) {
+void CudaKernels::embedding_forward(DataPtr x, const int32_t* tokens, ConstDataPtr table, int64_t n,
+                                    int64_t dim) {
   const char* k = "embedding_forward";
   const Elem t = elem_of(table.dtype, k);
   expect_type(x, table.dtype, k, "x");
@@ -492,8 +509,8 @@ double CudaKernels::sum_squares(ConstDataPtr x, int64_t n) {
   auto* partial = static_cast<double*>(scratch(kSumPartial, sum_squares_blocks(c, n) * 8));
   auto* out = static_cast<double*>(scratch(kSumResult, 8));
   ::hp::cuda::sum_squares(c, t, x.data, n, partial, out);
-  HP_CUDA_CHECK(cudaMemcpyAsync(&host_slots_->result, out, sizeof(double),
-                                cudaMemcpyDeviceToHost, stream_));
+  HP_CUDA_CHECK(
+      cudaMemcpyAsync(&host_slots_->result, out, sizeof(double), cudaMemcpyDeviceToHost, stream_));
   queue_error_fetch();
   HP_CUDA_CHECK(cudaStreamSynchronize(stream_));
   check_reported_errors();
@@ -513,7 +530,9 @@ void CudaKernels::adamw(DataPtr param, ConstDataPtr grad, DataPtr m, DataPtr v, 
   HP_CHECK(n >= 0, "{}: negative size {}", k, n);
   if (n == 0) return;
   for (auto [p, name] : {std::pair<const void*, const char*>{param.data, "param"},
-                         {grad.data, "grad"}, {m.data, "m"}, {v.data, "v"}}) {
+                         {grad.data, "grad"},
+                         {m.data, "m"},
+                         {v.data, "v"}}) {
     expect_ptr(p, k, name);
   }
   // The reference's constants: its float path rounds these once, then works in f32.

@@ -62,9 +62,8 @@ class CudaKernels final : public Kernels {
   void swiglu_forward(DataPtr h, ConstDataPtr g, ConstDataPtr u, int64_t n) override;
   void swiglu_backward(DataPtr dg, DataPtr du, ConstDataPtr dh, ConstDataPtr g, ConstDataPtr u,
                        int64_t n) override;
-  void cross_entropy_forward(ConstDataPtr logits, int64_t ld, const int32_t* targets,
-                             int64_t rows, int64_t vocab, DataPtr lse,
-                             DataPtr loss_sum) override;
+  void cross_entropy_forward(ConstDataPtr logits, int64_t ld, const int32_t* targets, int64_t rows,
+                             int64_t vocab, DataPtr lse, DataPtr loss_sum) override;
   void cross_entropy_backward(DataPtr dlogits, ConstDataPtr logits, int64_t ld, ConstDataPtr lse,
                               const int32_t* targets, int64_t rows, int64_t vocab,
                               double scale) override;

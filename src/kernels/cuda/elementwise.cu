@@ -38,14 +38,14 @@ void sum_squares(const LaunchContext& ctx, Elem t, const void* x, int64_t n, dou
   sum_squares_run(launch, ctx.sm_count, t, x, n, partial, out);
 }
 
-void adamw(const LaunchContext& ctx, float* param, const float* grad, float* m, float* v,
-           int64_t n, const AdamWConsts& c, Elem copy_t, void* copy) {
+void adamw(const LaunchContext& ctx, float* param, const float* grad, float* m, float* v, int64_t n,
+           const AdamWConsts& c, Elem copy_t, void* copy) {
   CudaLaunch launch{ctx.stream};
   adamw_run(launch, ctx.sm_count, param, grad, m, v, n, c, copy_t, copy);
 }
 
-void scale_matrix(const LaunchContext& ctx, Elem t, void* c, int64_t rows, int64_t cols,
-                  int64_t ld, float beta) {
+void scale_matrix(const LaunchContext& ctx, Elem t, void* c, int64_t rows, int64_t cols, int64_t ld,
+                  float beta) {
   CudaLaunch launch{ctx.stream};
   scale_matrix_run(launch, ctx.sm_count, t, c, rows, cols, ld, beta);
 }

@@ -176,15 +176,13 @@ template <int N, typename Op, class L>
 void elementwise_launch(L& launch, int sm_count, int64_t n, const Op& op, const char* name) {
   if (n == 0) return;
   launch(name, elementwise_kernel<N, Op>,
-         grid_blocks((n + N - 1) / N, kElementwiseThreads, 16LL * sm_count), kElementwiseThreads,
-         0, n, op);
+         grid_blocks((n + N - 1) / N, kElementwiseThreads, 16LL * sm_count), kElementwiseThreads, 0,
+         n, op);
 }
 
 template <typename T, class L>
-void swiglu_forward_as(L& launch, int sm_count, void* h, const void* g, const void* u,
-                       int64_t n) {
-  const SwigluForward<T> op{static_cast<T*>(h), static_cast<const T*>(g),
-                            static_cast<const T*>(u)};
+void swiglu_forward_as(L& launch, int sm_count, void* h, const void* g, const void* u, int64_t n) {
+  const SwigluForward<T> op{static_cast<T*>(h), static_cast<const T*>(g), static_cast<const T*>(u)};
   if (all_aligned({h, g, u}, 16)) {
     return elementwise_launch<16 / sizeof(T)>(launch, sm_count, n, op, "swiglu_forward");
   }
@@ -192,8 +190,8 @@ void swiglu_forward_as(L& launch, int sm_count, void* h, const void* g, const vo
 }
 
 template <typename T, class L>
-void swiglu_backward_as(L& launch, int sm_count, void* dg, void* du, const void* dh,
-                        const void* g, const void* u, int64_t n) {
+void swiglu_backward_as(L& launch, int sm_count, void* dg, void* du, const void* dh, const void* g,
+                        const void* u, int64_t n) {
   const SwigluBackward<T> op{static_cast<T*>(dg), static_cast<T*>(du), static_cast<const T*>(dh),
                              static_cast<const T*>(g), static_cast<const T*>(u)};
   if (all_aligned({dg, du, dh, g, u}, 16)) {

@@ -113,8 +113,7 @@ void embedding_positions_run(L& launch, DeviceErrorRecord* errors, int32_t* orde
 // The backward after the sort: sorted keys and the positions that came with them.
 template <class L>
 void embedding_accumulate_run(L& launch, Elem t, float* dtable, const int32_t* sorted_keys,
-                              const int32_t* sorted_order, const void* dx, int64_t n,
-                              int64_t dim) {
+                              const int32_t* sorted_order, const void* dx, int64_t n, int64_t dim) {
   const int64_t warps_per_block = kEmbeddingThreads / 32;
   const unsigned blocks = static_cast<unsigned>((n + warps_per_block - 1) / warps_per_block);
   if (t == Elem::kF32) {
@@ -123,8 +122,8 @@ void embedding_accumulate_run(L& launch, Elem t, float* dtable, const int32_t* s
            n, dim);
   } else {
     launch("embedding_backward (accumulate)", embedding_accumulate_kernel<Bf16>, blocks,
-           kEmbeddingThreads, 0, dtable, sorted_keys, sorted_order, static_cast<const Bf16*>(dx),
-           n, dim);
+           kEmbeddingThreads, 0, dtable, sorted_keys, sorted_order, static_cast<const Bf16*>(dx), n,
+           dim);
   }
 }
 

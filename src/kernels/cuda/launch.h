@@ -26,12 +26,12 @@ void rmsnorm_forward(const LaunchContext& ctx, Elem t, void* y, float* rstd, con
 // rmsnorm_backward_blocks(rows) * dim floats) reduced in block order by a second kernel.
 int64_t rmsnorm_backward_blocks(const LaunchContext& ctx, int64_t rows);
 void rmsnorm_backward(const LaunchContext& ctx, Elem t, void* dx, float* dg, float* partial,
-                      const void* dy, const void* x, const void* g, const float* rstd,
-                      int64_t rows, int64_t dim, bool accumulate);
+                      const void* dy, const void* x, const void* g, const float* rstd, int64_t rows,
+                      int64_t dim, bool accumulate);
 
 // rope (rope.cu), in place; table holds (cos, sin) for seq x head_dim/2 (position-major).
-void rope(const LaunchContext& ctx, Elem t, void* x, const float2* table, int64_t rows,
-          int64_t ld, int64_t seq, int64_t n_heads, int64_t head_dim, bool inverse);
+void rope(const LaunchContext& ctx, Elem t, void* x, const float2* table, int64_t rows, int64_t ld,
+          int64_t seq, int64_t n_heads, int64_t head_dim, bool inverse);
 
 // Elementwise (elementwise.cu).
 void swiglu_forward(const LaunchContext& ctx, Elem t, void* h, const void* g, const void* u,
@@ -48,8 +48,8 @@ void sum_squares(const LaunchContext& ctx, Elem t, const void* x, int64_t n, dou
                  double* out);
 
 // param, grad, m, v: f32. copy (may be null): the updated parameters in copy_t.
-void adamw(const LaunchContext& ctx, float* param, const float* grad, float* m, float* v,
-           int64_t n, const AdamWConsts& c, Elem copy_t, void* copy);
+void adamw(const LaunchContext& ctx, float* param, const float* grad, float* m, float* v, int64_t n,
+           const AdamWConsts& c, Elem copy_t, void* copy);
 
 // Cross-entropy (cross_entropy.cu). Forward: lse per row and row_loss[r] = lse - logit[target]
 // (f64), then loss_sum[0] += the rows summed in a fixed order.
@@ -70,7 +70,7 @@ void embedding_backward(const LaunchContext& ctx, Elem t, float* dtable, const i
                         size_t scratch_bytes);
 
 // Fills a rows x cols strided f32/bf16 matrix with beta * itself (beta == 0: zeros, not read).
-void scale_matrix(const LaunchContext& ctx, Elem t, void* c, int64_t rows, int64_t cols,
-                  int64_t ld, float beta);
+void scale_matrix(const LaunchContext& ctx, Elem t, void* c, int64_t rows, int64_t cols, int64_t ld,
+                  float beta);
 
 }  // namespace hp::cuda

@@ -16,8 +16,8 @@ int64_t rmsnorm_backward_blocks(const LaunchContext& ctx, int64_t rows) {
 }
 
 void rmsnorm_backward(const LaunchContext& ctx, Elem t, void* dx, float* dg, float* partial,
-                      const void* dy, const void* x, const void* g, const float* rstd,
-                      int64_t rows, int64_t dim, bool accumulate) {
+                      const void* dy, const void* x, const void* g, const float* rstd, int64_t rows,
+                      int64_t dim, bool accumulate) {
   CudaLaunch launch{ctx.stream};
   rmsnorm_backward_run(launch, ctx.sm_count, t, dx, dg, partial, dy, x, g, rstd, rows, dim,
                        accumulate);

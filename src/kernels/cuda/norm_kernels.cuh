@@ -119,8 +119,8 @@ inline int64_t rmsnorm_backward_grid(int sm_count, int64_t rows) {
 }
 
 template <typename T, int N, class L>
-void rmsnorm_forward_as(L& launch, void* y, float* rstd, const void* x, const void* g,
-                        int64_t rows, int64_t dim, float eps) {
+void rmsnorm_forward_as(L& launch, void* y, float* rstd, const void* x, const void* g, int64_t rows,
+                        int64_t dim, float eps) {
   launch("rmsnorm_forward", rmsnorm_forward_kernel<T, N>, static_cast<unsigned>(rows),
          row_block_threads(dim / N), 0, static_cast<T*>(y), rstd, static_cast<const T*>(x),
          static_cast<const T*>(g), dim, eps);
@@ -149,9 +149,9 @@ void rmsnorm_backward_as(L& launch, int sm_count, void* dx, float* dg, float* pa
                          int64_t rows, int64_t dim, bool accumulate) {
   const int64_t blocks = rmsnorm_backward_grid(sm_count, rows);
   launch("rmsnorm_backward", rmsnorm_backward_kernel<T, N>, static_cast<unsigned>(blocks),
-         row_block_threads(dim / N), static_cast<size_t>(dim) * sizeof(float),
-         static_cast<T*>(dx), partial, static_cast<const T*>(dy), static_cast<const T*>(x),
-         static_cast<const T*>(g), rstd, rows, dim, accumulate);
+         row_block_threads(dim / N), static_cast<size_t>(dim) * sizeof(float), static_cast<T*>(dx),
+         partial, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(g),
+         rstd, rows, dim, accumulate);
   const int threads = 256;
   launch("rmsnorm_backward (dg reduction)", rmsnorm_dg_reduce_kernel,
          static_cast<unsigned>((dim + threads - 1) / threads), threads, 0, dg,
@@ -165,8 +165,8 @@ void rmsnorm_backward_run(L& launch, int sm_count, Elem t, void* dx, float* dg, 
   if (rows == 0) return;
   if (t == Elem::kF32) {
     if (rmsnorm_use_vec<float>(dim, {dx, dy, x, g})) {
-      return rmsnorm_backward_as<float, 4>(launch, sm_count, dx, dg, partial, dy, x, g, rstd,
-                                           rows, dim, accumulate);
+      return rmsnorm_backward_as<float, 4>(launch, sm_count, dx, dg, partial, dy, x, g, rstd, rows,
+                                           dim, accumulate);
     }
     return rmsnorm_backward_as<float, 1>(launch, sm_count, dx, dg, partial, dy, x, g, rstd, rows,
                                          dim, accumulate);
