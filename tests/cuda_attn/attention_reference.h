@@ -147,8 +147,103 @@ inline Reference reference(const Problem& pb) {
   return r;
 }
 
+// The same results by the textbook formulas in double, parallel over (batch, head) and chunks of
+// query rows, with contiguous rows: for long sequences, where the reference backend (strided
+// loops, one thread per head) takes minutes. Checked against reference() by
+// CudaAttention.FastReferenceMatchesReferenceBackend. Per query row i (p = softmax(scale q_i.k)):
+// o_i = sum p_j v_j, D_i = do_i.o_i, ds_j = p_j (do_i.v_j - D_i), dq_i = scale sum ds_j k_j,
+// dk_j += scale ds_j q_i, dv_j += p_j do_i.
+inline Reference fast_reference(const Problem& pb) {
+  const AttnShape& s = pb.s;
+  const int64_t d = s.head_dim, n = s.seq, group = s.heads / s.kv_heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  Reference r;
+  r.o.assign(pb.rows() * s.heads * d, 0);
+  r.dq.assign(pb.rows() * s.heads * d, 0);
+  r.dk.assign(pb.rows() * s.kv_heads * d, 0);
+  r.dv.assign(pb.rows() * s.kv_heads * d, 0);
+  r.lse.assign(s.batch * s.heads * n, 0);
+  const int64_t heads = s.batch * s.heads;
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  // Chunks of rows of about equal work (row i costs i + 1): boundaries at n * sqrt(c / chunks).
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(n, (cores + heads - 1) / heads));
+  std::vector<int64_t> bounds(chunks + 1);
+  for (int64_t c = 0; c <= chunks; ++c)
+    bounds[c] = static_cast<int64_t>(std::llround(n * std::sqrt(double(c) / double(chunks))));
+  const int64_t tasks = heads * chunks;
+  std::vector<std::vector<double>> dk_part(tasks), dv_part(tasks);
+  auto column = [&](const std::vector<float>& src, int64_t ld, int64_t b, int64_t off) {
+    std::vector<double> out(n * d);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = 0; c < d; ++c) out[i * d + c] = src[(b * n + i) * ld + off + c];
+    return out;
+  };
+  auto dot = [d](const double* a, const double* b) {
+    double acc[4] = {0, 0, 0, 0};
+    int64_t c = 0;
+    for (; c + 4 <= d; c += 4)
+      for (int u = 0; u < 4; ++u) acc[u] += a[c + u] * b[c + u];
+    for (; c < d; ++c) acc[0] += a[c] * b[c];
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  };
+  std::atomic<int64_t> next{0};
+  auto worker = [&] {
+    std::vector<double> p(n), o(d);
+    for (int64_t task; (task = next++) < tasks;) {
+      const int64_t bh = task / chunks, chunk = task % chunks;
+      const int64_t b = bh / s.heads, h = bh % s.heads, kh = h / group;
+      const std::vector<double> q = column(pb.qkv, s.ld_qkv, b, pb.q_off() + h * d);
+      const std::vector<double> k = column(pb.qkv, s.ld_qkv, b, pb.k_off() + kh * d);
+      const std::vector<double> v = column(pb.qkv, s.ld_qkv, b, pb.v_off() + kh * d);
+      const std::vector<double> dout = column(pb.dout, s.ld_o, b, h * d);
+      const int64_t i0 = bounds[chunk], i1 = bounds[chunk + 1];
+      std::vector<double>& dk = dk_part[task];
+      std::vector<double>& dv = dv_part[task];
+      dk.assign(i1 * d, 0);  // keys < i1 only
+      dv.assign(i1 * d, 0);
+      for (int64_t i = i0; i < i1; ++i) {
+        const double* qi = &q[i * d];
+        const double* doi = &dout[i * d];
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, p[j] = dot(qi, &k[j * d]) * scale);
+        for (int64_t j = 0; j <= i; ++j) sum += p[j] = std::exp(p[j] - mx);
+        std::fill(o.begin(), o.end(), 0.0);
+        for (int64_t j = 0; j <= i; ++j) {
+          p[j] /= sum;
+          for (int64_t c = 0; c < d; ++c) o[c] += p[j] * v[j * d + c];
+        }
+        const double delta = dot(doi, o.data());
+        double* dqi = &r.dq[((b * n + i) * s.heads + h) * d];
+        for (int64_t j = 0; j <= i; ++j) {
+          const double ds = p[j] * (dot(doi, &v[j * d]) - delta) * scale;
+          for (int64_t c = 0; c < d; ++c) {
+            dqi[c] += ds * k[j * d + c];
+            dk[j * d + c] += ds * qi[c];
+            dv[j * d + c] += p[j] * doi[c];
+          }
+        }
+        for (int64_t c = 0; c < d; ++c) r.o[((b * n + i) * s.heads + h) * d + c] = o[c];
+        r.lse[bh * n + i] = mx + std::log(sum);
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int64_t i = 0; i < std::min(cores, tasks); ++i) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t bh = task / chunks, b = bh / s.heads, kh = (bh % s.heads) / group;
+    for (int64_t j = 0; j < static_cast<int64_t>(dk_part[task].size()) / d; ++j)
+      for (int64_t c = 0; c < d; ++c) {
+        r.dk[((b * n + j) * s.kv_heads + kh) * d + c] += dk_part[task][j * d + c];
+        r.dv[((b * n + j) * s.kv_heads + kh) * d + c] += dv_part[task][j * d + c];
+      }
+  }
+  return r;
+}
+
 // ||got - ref||_2 / ||ref||_2 over a strided slice: rows x width values, got at
-// got[t * ld + off + c], ref compact. NaN anywhere in got gives NaN.
+// got[t * ld + off + c], ref compact. When ref is exactly zero (dq and dk at seq = 1: the only
+// query attends only to itself, so dS = 0), the RMS of got instead. NaN anywhere gives NaN.
 inline double normwise(const std::vector<float>& got, int64_t ld, int64_t off,
                        const std::vector<double>& ref, int64_t rows, int64_t width) {
   double num = 0, den = 0;
@@ -158,7 +253,15 @@ inline double normwise(const std::vector<float>& got, int64_t ld, int64_t off,
       num += (g - x) * (g - x);
       den += x * x;
     }
-  return std::sqrt(num / std::max(den, 1e-300));
+  return std::sqrt(num / (den > 0 ? den : static_cast<double>(rows * width)));
+}
+inline double normwise(const std::vector<double>& got, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num += (got[i] - ref[i]) * (got[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : static_cast<double>(ref.size())));
 }
 
 // Number of values in the slice that are not finite (a kernel that skipped them leaves the NaN

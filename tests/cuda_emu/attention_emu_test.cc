@@ -159,6 +159,12 @@ TEST(CudaAttentionEmulated, MmaHeadDim128Tiles) {
                               kBf16Tol);
 }
 
+// One token: dq and dk are exactly zero (checked as an RMS), o = v.
+TEST(CudaAttentionEmulated, SingleToken) {
+  check_case<bf16raw, 64, 0>(Path::kMma, attn_test::make_shape(2, 1, 4, 1, 64, 8, 8), 16, kBf16Tol);
+  check_case<float, 0, 2>(Path::kSimt, attn_test::make_shape(2, 1, 2, 1, 64, 8, 8), 17, kF32Tol);
+}
+
 // f32 SIMT path: GQA 2, head_dim padded (40 -> 64), three tiles.
 TEST(CudaAttentionEmulated, SimtF32) {
   check_case<float, 0, 2>(Path::kSimt, attn_test::make_shape(2, 70, 2, 1, 40, 3, 5), 14, kF32Tol);

@@ -294,6 +294,8 @@ inline void cp_async_wait_all() {
 
 inline void block_sync() { emu::block_barrier(); }
 
+inline float fast_exp2(float x) { return std::exp2(x); }
+
 inline float shfl_xor(float v, int mask) {
   emu::Warp& w = emu::warp();
   const int l = emu::lane();

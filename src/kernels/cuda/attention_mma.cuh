@@ -130,16 +130,14 @@ HP_DEV void fwd_mma_body(const Params& p, int bx, int by, int tid, unsigned char
       }
     }
 
-    // Online softmax in the exp2 domain; only tiles reaching past this warp's first row mask.
-    const bool mask = k0 + kBk - 1 > wrow;
+    // Online softmax in the exp2 domain (scores scaled by scale * log2 e inside the exponent);
+    // only tiles reaching past this warp's first row mask.
+    if (k0 + kBk - 1 > wrow) {
 #pragma unroll
-    for (int n = 0; n < kBk / 8; ++n) {
+      for (int n = 0; n < kBk / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[n][e] * p.scale_log2;
-        if (mask && k0 + n * 8 + 2 * t + (e & 1) > wrow + g + 8 * (e >> 1)) x = -INFINITY;
-        s[n][e] = x;
-      }
+        for (int e = 0; e < 4; ++e)
+          if (k0 + n * 8 + 2 * t + (e & 1) > wrow + g + 8 * (e >> 1)) s[n][e] = -INFINITY;
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -148,9 +146,9 @@ HP_DEV void fwd_mma_body(const Params& p, int bx, int by, int tid, unsigned char
       for (int n = 0; n < kBk / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
       mx = fmaxf(mx, shfl_xor(mx, 1));
       mx = fmaxf(mx, shfl_xor(mx, 2));
-      const float m_new = fmaxf(row_max[r], mx);
+      const float m_new = fmaxf(row_max[r], mx * p.scale_log2);
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing seen yet
-      const float alpha = exp2f(row_max[r] - m_use);
+      const float alpha = fast_exp2(row_max[r] - m_use);
       row_max[r] = m_new;
       row_sum[r] *= alpha;
 #pragma unroll
@@ -160,8 +158,8 @@ HP_DEV void fwd_mma_body(const Params& p, int bx, int by, int tid, unsigned char
       }
 #pragma unroll
       for (int n = 0; n < kBk / 8; ++n) {
-        s[n][2 * r] = exp2f(s[n][2 * r] - m_use);
-        s[n][2 * r + 1] = exp2f(s[n][2 * r + 1] - m_use);
+        s[n][2 * r] = fast_exp2(fmaf(s[n][2 * r], p.scale_log2, -m_use));
+        s[n][2 * r + 1] = fast_exp2(fmaf(s[n][2 * r + 1], p.scale_log2, -m_use));
         row_sum[r] += s[n][2 * r] + s[n][2 * r + 1];
       }
     }
@@ -253,7 +251,7 @@ HP_DEV void bwd_mma_keys(const Params& p, const bf16raw* sK, const bf16raw* sV, 
       for (int e = 0; e < 4; ++e) {
         const int qi = qs + n * 8 + 2 * t + (e & 1);
         const int query = q0 + qi, key = k0 + kw + g + 8 * (e >> 1);
-        float pv = exp2f(s[n][e] * p.scale_log2 - sLse[qi] * kLog2e);
+        float pv = fast_exp2(s[n][e] * p.scale_log2 - sLse[qi] * kLog2e);
         if (mask && (query < key || query >= p.seq)) pv = 0.0f;
         s[n][e] = pv;
         dp[n][e] = pv * (dp[n][e] - sD[qi]);

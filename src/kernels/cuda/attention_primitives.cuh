@@ -58,6 +58,14 @@ HP_DEV void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "m
 
 HP_DEV void block_sync() { __syncthreads(); }
 
+// 2^x by the special-function unit (relative error ~2^-22, -inf -> +0, denormals flushed): the
+// bf16 path's exponential, where P is rounded to bf16 right after.
+HP_DEV float fast_exp2(float x) {
+  float y;
+  asm volatile("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 HP_DEV float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 HP_DEV float shfl_idx(float v, int lane) { return __shfl_sync(0xffffffffu, v, lane); }
 
