@@ -1,6 +1,14 @@
-# hp_library(NAME DEPS...): one static library per src/ folder; sources are every .cc below it.
+# hp_library(NAME DEPS...): one static library per src/ folder; sources are every .cc below it
+# except under a cuda/ folder, which builds its own library (only when nvcc is found).
 function(hp_library name)
-  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
+  file(GLOB_RECURSE all_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
+  set(srcs "")
+  foreach(src IN LISTS all_srcs)
+    file(RELATIVE_PATH rel ${CMAKE_CURRENT_SOURCE_DIR} ${src})
+    if(NOT rel MATCHES "(^|/)cuda/")
+      list(APPEND srcs ${src})
+    endif()
+  endforeach()
   if(srcs)
     add_library(${name} STATIC ${srcs})
     target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
