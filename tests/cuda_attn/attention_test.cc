@@ -23,6 +23,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -158,6 +159,11 @@ struct SweepCase {
   DType dtype;
   int64_t head_dim, seq, kv_heads;
 };
+
+void PrintTo(const SweepCase& c, std::ostream* os) {
+  *os << dtype_name(c.dtype) << " head_dim " << c.head_dim << " seq " << c.seq << " kv_heads "
+      << c.kv_heads;
+}
 
 class CudaAttentionSweep : public testing::TestWithParam<SweepCase> {};
 
