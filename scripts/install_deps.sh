@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build pkg-config googletest libgtest-dev libbenchmark-dev
-      libopenblas-dev libopenmpi-dev openmpi-bin libcli11-dev nlohmann-json3-dev libfmt-dev "$@")
+      libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin libcli11-dev nlohmann-json3-dev libfmt-dev "$@")
 
 missing=()
 for p in "${pkgs[@]}"; do
