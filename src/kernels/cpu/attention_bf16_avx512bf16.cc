@@ -138,15 +138,17 @@ void pack_pairs_t(const u16* src, int64_t ld, int64_t nvalid, int64_t dh, uint32
   }
 }
 
-// dst[c*ldd + j] = src[j*ld + c] for j in [j0, j1) (0 for j >= seq): a plain transpose.
+// dst[c*ldd + j] = src[j*ld + c] for j in [j0, j1) (0 for j >= seq): a plain transpose, 32 rows
+// at a time so that the rows being read stay in L1 and each store run is 64 contiguous bytes.
 void pack_t(const u16* src, int64_t ld, int64_t seq, int64_t j0, int64_t j1, int64_t d, u16* dst,
             int64_t ldd) {
-  for (int64_t j = j0; j < j1; ++j) {
-    if (j < seq) {
-      const u16* row = src + j * ld;
-      for (int64_t c = 0; c < d; ++c) dst[c * ldd + j] = row[c];
-    } else {
-      for (int64_t c = 0; c < d; ++c) dst[c * ldd + j] = 0;
+  constexpr int64_t kRows = 32;
+  for (int64_t b0 = j0; b0 < j1; b0 += kRows) {
+    const int64_t b1 = std::min(j1, b0 + kRows), valid = std::min(b1, seq);
+    for (int64_t c = 0; c < d; ++c) {
+      u16* out = dst + c * ldd;
+      for (int64_t j = b0; j < valid; ++j) out[j] = src[j * ld + c];
+      for (int64_t j = std::max(b0, valid); j < b1; ++j) out[j] = 0;
     }
   }
 }
@@ -317,13 +319,20 @@ int64_t split_key_tiles(int64_t nt, int64_t* cut) {
   return n;
 }
 
-// Shared: K^T and V^T in pairs [b*kvh][nt][dh][T], K in pairs [b*kvh][sp/2][dp], dK and dV per
-// query head [b*h][sp][dp] f32, the dQ partials [b*h][splits][sp][dp] f32.
+// Shared: K^T and V^T in pairs [b*kvh][nt][dh][T], K in pairs [b*kvh][sp/2][dp], Q^T and dO^T
+// [b*h][d][sp] bf16 and D = rowsum(dO o) [b*h][sp] f32, dK and dV per query head [b*h][sp][dp]
+// f32, the dQ partials [b*h][splits][sp][dp] f32.
 size_t bwd_pairs_floats(const AttnShape& s, const Dims& m) {
   return round64(static_cast<size_t>(s.batch * s.kv_heads * m.nt * m.dh * T));
 }
 size_t bwd_kpairs_floats(const AttnShape& s, const Dims& m) {
   return round64(static_cast<size_t>(s.batch * s.kv_heads * (m.sp / 2) * m.dp));
+}
+size_t bwd_qt_floats(const AttnShape& s, const Dims& m) {
+  return round64(static_cast<size_t>(s.batch * s.heads * m.d * m.sp + 1) / 2);
+}
+size_t bwd_d_floats(const AttnShape& s, const Dims& m) {
+  return round64(static_cast<size_t>(s.batch * s.heads * m.sp));
 }
 size_t bwd_head_floats(const AttnShape& s, const Dims& m) {
   return round64(static_cast<size_t>(s.batch * s.heads * m.sp * m.dp));
@@ -331,16 +340,12 @@ size_t bwd_head_floats(const AttnShape& s, const Dims& m) {
 size_t bwd_dq_floats(const AttnShape& s, const Dims& m) {
   return round64(static_cast<size_t>(s.batch * s.heads * std::min(m.nt, kSplits) * m.sp * m.dp));
 }
-// Per thread: Q^T and dO^T [d][sp] bf16, D [sp], P and dS [T][T] f32, P and dS in pairs
-// [T/2][T], dS as bf16 rows [T][T], the dK^T and dV^T accumulators [d][T].
-size_t bwd_thread_floats(const Dims& m) {
-  return 2 * round64((m.d * m.sp + 1) / 2) + m.sp + 2 * T * T + 3 * (T * T / 2) +
-         2 * round64(m.d * T);
-}
+// Per thread: P and dS [T][T] f32, P and dS in pairs [T/2][T], dS as bf16 rows [T][T], the dK^T
+// and dV^T accumulators [d][T].
+size_t bwd_thread_floats(const Dims& m) { return 2 * T * T + 3 * (T * T / 2) + 2 * round64(m.d * T); }
 
 struct BwdThread {
-  u16 *QT, *dOT;
-  float *D, *P, *dS;
+  float *P, *dS;
   uint32_t *Pp, *dSp;
   u16* dSb;
   float *dKt, *dVt;
@@ -348,11 +353,7 @@ struct BwdThread {
 
 BwdThread bwd_thread(float* base, const Dims& m) {
   BwdThread t;
-  const size_t tsz = round64((m.d * m.sp + 1) / 2);
-  t.QT = reinterpret_cast<u16*>(base);
-  t.dOT = reinterpret_cast<u16*>(base + tsz);
-  t.D = base + 2 * tsz;
-  t.P = t.D + m.sp;
+  t.P = base;
   t.dS = t.P + T * T;
   t.Pp = reinterpret_cast<uint32_t*>(t.dS + T * T);
   t.dSp = t.Pp + T * T / 2;
@@ -364,12 +365,13 @@ BwdThread bwd_thread(float* base, const Dims& m) {
 
 // P = exp(scale S - lse) and dS = P (dP - D) for nq rows of one tile (dS holds dP on entry); the
 // rounded pair forms and bf16 rows the products read are written alongside.
-void softmax_grad(const BwdThread& w, int64_t nq, int64_t q0, const float* lse_h, float scale) {
+void softmax_grad(const BwdThread& w, int64_t nq, int64_t q0, const float* lse_h, const float* D,
+                  float scale) {
   const __m512 vs = vset1(scale);
   for (int64_t r = 0; r < nq; ++r) {
     float* Pr = w.P + r * T;
     float* dSr = w.dS + r * T;
-    const __m512 l = vset1(lse_h[q0 + r]), dr = vset1(w.D[q0 + r]);
+    const __m512 l = vset1(lse_h[q0 + r]), dr = vset1(D[q0 + r]);
     for (int64_t c = 0; c < T; c += 16) {
       const __m512 p = vexp(_mm512_fmsub_ps(vload(Pr + c), vs, l));
       const __m512 ds = vmul(p, vsub(vload(dSr + c), dr));
@@ -386,8 +388,9 @@ void softmax_grad(const BwdThread& w, int64_t nq, int64_t q0, const float* lse_h
 
 size_t attn_bf16_bwd_scratch(const AttnShape& s, int threads) {
   const Dims m = dims_of(s);
-  return 2 * bwd_pairs_floats(s, m) + bwd_kpairs_floats(s, m) + 2 * bwd_head_floats(s, m) +
-         bwd_dq_floats(s, m) + static_cast<size_t>(std::max(threads, 1)) * bwd_thread_floats(m);
+  return 2 * bwd_pairs_floats(s, m) + bwd_kpairs_floats(s, m) + 2 * bwd_qt_floats(s, m) +
+         bwd_d_floats(s, m) + 2 * bwd_head_floats(s, m) + bwd_dq_floats(s, m) +
+         static_cast<size_t>(std::max(threads, 1)) * bwd_thread_floats(m);
 }
 
 namespace {
@@ -415,6 +418,29 @@ void bwd_pack_kv(const AttnShape& s, const Dims& m, const bf16* k, const bf16* v
         const uint32_t hi = j + 1 < s.seq && c < m.d ? kh_rows[(j + 1) * s.ld_qkv + c] : 0;
         out[jp * m.dp + c] = lo | hi << 16;
       }
+  });
+}
+
+// Packs Q^T and dO^T of each query head and computes D = rowsum(dO o) in f32.
+void bwd_pack_q(const AttnShape& s, const Dims& m, const bf16* q, const bf16* o,
+                const bf16* dout, u16* QT, u16* dOT, float* D, int threads) {
+  const int64_t t_sz = m.d * m.sp;
+  par_for(s.batch * s.heads, threads, [&](int64_t bh, int) {
+    const int64_t b = bh / s.heads, h = bh % s.heads;
+    const u16* qh = raw(q) + b * s.seq * s.ld_qkv + h * m.d;
+    const u16* doh = raw(dout) + b * s.seq * s.ld_o + h * m.d;
+    const u16* oh = raw(o) + b * s.seq * s.ld_o + h * m.d;
+    pack_t(qh, s.ld_qkv, s.seq, 0, m.sp, m.d, QT + bh * t_sz, m.sp);
+    pack_t(doh, s.ld_o, s.seq, 0, m.sp, m.d, dOT + bh * t_sz, m.sp);
+    float* Dh = D + bh * m.sp;
+    for (int64_t r = 0; r < s.seq; ++r) {
+      __m512 acc = vzero();
+      for (int64_t c = 0; c < m.d; c += 16) {
+        const int64_t n = std::min<int64_t>(16, m.d - c);
+        acc = vfmadd(bload_n(doh + r * s.ld_o + c, n), bload_n(oh + r * s.ld_o + c, n), acc);
+      }
+      Dh[r] = hsum(acc);
+    }
   });
 }
 
@@ -477,18 +503,23 @@ void attn_bf16_bwd(const AttnShape& s, const bf16* q, const bf16* k, const bf16*
                    bf16* dv, float* scratch, int threads) {
   const Dims m = dims_of(s);
   const size_t pn = bwd_pairs_floats(s, m), kn = bwd_kpairs_floats(s, m);
-  const size_t hn = bwd_head_floats(s, m);
+  const size_t qn = bwd_qt_floats(s, m), hn = bwd_head_floats(s, m);
   uint32_t* KTp = reinterpret_cast<uint32_t*>(scratch);
   uint32_t* VTp = reinterpret_cast<uint32_t*>(scratch + pn);
   uint32_t* Kp = reinterpret_cast<uint32_t*>(scratch + 2 * pn);
-  float* dKh = scratch + 2 * pn + kn;
+  u16* QT = reinterpret_cast<u16*>(scratch + 2 * pn + kn);
+  u16* dOT = reinterpret_cast<u16*>(scratch + 2 * pn + kn + qn);
+  float* D = scratch + 2 * pn + kn + 2 * qn;
+  float* dKh = D + bwd_d_floats(s, m);
   float* dVh = dKh + hn;
   float* dQs = dVh + hn;
   float* per_thread = dQs + bwd_dq_floats(s, m);
   const int64_t head_sz = m.sp * m.dp, pt_sz = m.nt * m.dh * T, kp_sz = (m.sp / 2) * m.dp;
+  const int64_t t_sz = m.d * m.sp;
   int64_t cut[kSplits + 1];
   const int64_t ns = split_key_tiles(m.nt, cut);
   bwd_pack_kv(s, m, k, v, KTp, VTp, Kp, threads);
+  bwd_pack_q(s, m, q, o, dout, QT, dOT, D, threads);
 
   par_for(s.batch * s.heads * ns, threads, [&](int64_t item, int tid) {
     const int64_t grp = item / (s.batch * s.heads), bh = item % (s.batch * s.heads);
@@ -500,20 +531,12 @@ void attn_bf16_bwd(const AttnShape& s, const bf16* q, const bf16* k, const bf16*
     float* dQ = dQs + (bh * ns + grp) * head_sz;  // [sp][dp], rows >= r_begin
     const u16* qh = raw(q) + b * s.seq * s.ld_qkv + h * m.d;
     const u16* doh = raw(dout) + b * s.seq * s.ld_o + h * m.d;
-    const u16* oh = raw(o) + b * s.seq * s.ld_o + h * m.d;
+    const u16* qt_h = QT + bh * t_sz;
+    const u16* dot_h = dOT + bh * t_sz;
     const float* lse_h = lse + (b * s.heads + h) * s.seq;
+    const float* D_h = D + bh * m.sp;
     const int64_t kvi = b * s.kv_heads + kh;
-    pack_t(qh, s.ld_qkv, s.seq, r_begin, m.sp, m.d, w.QT, m.sp);
-    pack_t(doh, s.ld_o, s.seq, r_begin, m.sp, m.d, w.dOT, m.sp);
     std::memset(dQ + r_begin * m.dp, 0, sizeof(float) * (m.sp - r_begin) * m.dp);
-    for (int64_t r = r_begin; r < s.seq; ++r) {
-      __m512 acc = vzero();
-      for (int64_t c = 0; c < m.d; c += 16) {
-        const int64_t n = std::min<int64_t>(16, m.d - c);
-        acc = vfmadd(bload_n(doh + r * s.ld_o + c, n), bload_n(oh + r * s.ld_o + c, n), acc);
-      }
-      w.D[r] = hsum(acc);
-    }
     for (int64_t kt = kt_begin; kt < kt_end; ++kt) {
       const int64_t k0 = kt * T, nk = std::min<int64_t>(T, s.seq - k0);
       const uint32_t* kt_tile = KTp + kvi * pt_sz + kt * m.dh * T;
@@ -525,10 +548,10 @@ void attn_bf16_bwd(const AttnShape& s, const bf16* q, const bf16* k, const bf16*
         gemm_tile(nq, T, m.dh, qh + q0 * s.ld_qkv, s.ld_qkv, kt_tile, T, w.P, T, false);
         if (qt == kt || nk < T) mask_tile(w.P, nq, q0, k0, nk);
         gemm_tile(nq, T, m.dh, doh + q0 * s.ld_o, s.ld_o, vt_tile, T, w.dS, T, false);
-        softmax_grad(w, nq, q0, lse_h, m.scale);
+        softmax_grad(w, nq, q0, lse_h, D_h, m.scale);
         // dV^T += dO^T P, dK^T += Q^T dS (1/sqrt(d) applied when storing), dQ += dS K.
-        gemm_tile(m.d, T, (nq + 1) / 2, w.dOT + q0, m.sp, w.Pp, T, w.dVt, T, !first);
-        gemm_tile(m.d, T, (nq + 1) / 2, w.QT + q0, m.sp, w.dSp, T, w.dKt, T, !first);
+        gemm_tile(m.d, T, (nq + 1) / 2, dot_h + q0, m.sp, w.Pp, T, w.dVt, T, !first);
+        gemm_tile(m.d, T, (nq + 1) / 2, qt_h + q0, m.sp, w.dSp, T, w.dKt, T, !first);
         gemm_tile(nq, m.dp, (nk + 1) / 2, w.dSb, T, k_pairs, m.dp, dQ + q0 * m.dp, m.dp, true);
       }
       store_cols(w.dKt, nk, m.d, m.scale, dKh + bh * head_sz + k0 * m.dp, m.dp);
