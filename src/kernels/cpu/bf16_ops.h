@@ -54,11 +54,7 @@ struct Bf16Ops {
   void (*axpy)(bf16* y, const bf16* x, float alpha, int64_t n, int threads);
   // partial: one double per block of kSumBlock elements (isa_ops.h), summed in order by the caller.
   void (*sum_squares_blocks)(const bf16* x, int64_t n, double* partial, int threads);
-  // AdamW on f32 master values (arguments as IsaOps::adamw), the gradient times grad_scale first;
-  // copy (may be null) receives the updated parameters rounded to bf16.
-  void (*adamw)(float* param, const float* grad, float* m, float* v, bf16* copy, int64_t n,
-                float beta1, float beta2, float eps, float decay, float step_size, float sqrt_bc2,
-                float grad_scale, int threads);
+  // (AdamW updates f32 master values: the f32 kernel's job; its bf16 weight copy is to_bf16.)
 };
 
 // The AVX512-BF16 table; call only when cpu_has_avx512bf16().

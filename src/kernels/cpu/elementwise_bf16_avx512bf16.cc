@@ -1,5 +1,5 @@
 // The bf16 elementwise kernels (RMSNorm, rotary, SwiGLU, cross-entropy, embedding gradient,
-// conversions, axpy, sum of squares, AdamW with a bf16 weight copy) for AVX512-BF16, and the
+// conversions, axpy, sum of squares) for AVX512-BF16, and the
 // Bf16Ops table (bf16_ops.h). They are memory bound: bf16 halves the bytes they move; the math is
 // f32 throughout (16 lanes, tails by masks) and each result is rounded once, when stored. Work is
 // split into fixed chunks, so results do not depend on the thread count.
@@ -299,27 +299,6 @@ void sum_squares_blocks(const bf16* x, int64_t n, double* partial, int threads) 
   });
 }
 
-void adamw(float* param, const float* grad, float* m, float* v, bf16* copy, int64_t n,
-           float beta1, float beta2, float eps, float decay, float step_size, float sqrt_bc2,
-           float grad_scale, int threads) {
-  chunked(n, kChunk, threads, [&](int64_t i0, int64_t i1) {
-    const __m512 b1 = vset1(beta1), b2 = vset1(beta2), om1 = vset1(1.0f - beta1),
-                 om2 = vset1(1.0f - beta2), gs = vset1(grad_scale), ve = vset1(eps),
-                 vd = vset1(decay), vs = vset1(step_size), vb = vset1(sqrt_bc2);
-    lanes(i0, i1, [&](int64_t i, int64_t k) {
-      const __m512 gi = vmul(fload_n(grad + i, k), gs);
-      const __m512 mi = vfmadd(b1, fload_n(m + i, k), vmul(om1, gi));
-      const __m512 vi = vfmadd(b2, fload_n(v + i, k), vmul(vmul(om2, gi), gi));
-      fstore_n(m + i, mi, k);
-      fstore_n(v + i, vi, k);
-      const __m512 upd = vdiv(vmul(vs, mi), vadd(vdiv(vsqrt(vi), vb), ve));
-      const __m512 p = vsub(vmul(fload_n(param + i, k), vd), upd);
-      fstore_n(param + i, p, k);
-      if (copy) bstore_n(raw(copy) + i, p, k);
-    });
-  });
-}
-
 }  // namespace
 }  // namespace HP_SIMD_NS
 
@@ -332,7 +311,7 @@ const Bf16Ops& avx512bf16_ops() {
       I::rmsnorm_fwd,           I::rmsnorm_bwd,   I::rope,                  I::swiglu_fwd,
       I::swiglu_bwd,            I::ce_fwd,        I::ce_bwd,                I::ce_bwd_f32,
       I::embedding_bwd,         I::to_bf16,       I::to_f32,                I::axpy,
-      I::sum_squares_blocks,    I::adamw,
+      I::sum_squares_blocks,
   };
   return ops;
 }
