@@ -42,12 +42,12 @@ inline std::string torch_alloc_env(const std::string& alloc) {
   if (alloc == "auto") return have(je) ? je_env : have(tc) ? tc_env : glibc_env;
   if (alloc == "jemalloc" || alloc == "tcmalloc") {
     const std::string& lib = alloc == "jemalloc" ? je : tc;
-    HP_CHECK(have(lib), "bench_step: --torch-alloc={} but {} is missing (apt-get install {})", alloc,
-             lib, alloc == "jemalloc" ? "libjemalloc2" : "libtcmalloc-minimal4");
+    HP_CHECK(have(lib), "bench_step: --torch-alloc={} but {} is missing (apt-get install {})",
+             alloc, lib, alloc == "jemalloc" ? "libjemalloc2" : "libtcmalloc-minimal4");
     return alloc == "jemalloc" ? je_env : tc_env;
   }
-  HP_CHECK(alloc == "glibc", "bench_step: --torch-alloc={} is not auto, jemalloc, tcmalloc or glibc",
-           alloc);
+  HP_CHECK(alloc == "glibc",
+           "bench_step: --torch-alloc={} is not auto, jemalloc, tcmalloc or glibc", alloc);
   return glibc_env;
 }
 
@@ -71,13 +71,14 @@ inline std::string json_string(const std::string& line, const char* key) {
 inline TorchResult run_torch(const TorchArgs& a, const std::string& env,
                              const std::string& precision, const char* source_dir) {
   char cmd[1536];
-  std::snprintf(cmd, sizeof cmd,
-                "env OMP_NUM_THREADS=%d %s /usr/bin/python3 %s/tools/bench_step_torch.py --seq %lld "
-                "--layers %lld --hidden %lld --heads %lld --vocab %lld --ffn %lld --threads %d "
-                "--steps %d --warmup %d --precision %s 2>&1",
-                a.threads, env.c_str(), source_dir, (long long)a.seq, (long long)a.layers,
-                (long long)a.hidden, (long long)a.heads, (long long)a.vocab, (long long)a.ffn,
-                a.threads, a.steps, a.warmup, precision.c_str());
+  std::snprintf(
+      cmd, sizeof cmd,
+      "env OMP_NUM_THREADS=%d %s /usr/bin/python3 %s/tools/bench_step_torch.py --seq %lld "
+      "--layers %lld --hidden %lld --heads %lld --vocab %lld --ffn %lld --threads %d "
+      "--steps %d --warmup %d --precision %s 2>&1",
+      a.threads, env.c_str(), source_dir, (long long)a.seq, (long long)a.layers,
+      (long long)a.hidden, (long long)a.heads, (long long)a.vocab, (long long)a.ffn, a.threads,
+      a.steps, a.warmup, precision.c_str());
   std::printf("running: %s\n", cmd);
   std::fflush(stdout);
   TorchResult r;

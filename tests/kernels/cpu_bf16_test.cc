@@ -63,8 +63,10 @@ Data randb(size_t n, uint32_t seed, float scale = 1.0f) {
 }
 template <typename T>
 double val(const T& x) {
-  if constexpr (std::is_same_v<T, bf16>) return to_float(x);
-  else return static_cast<double>(x);
+  if constexpr (std::is_same_v<T, bf16>)
+    return to_float(x);
+  else
+    return static_cast<double>(x);
 }
 
 // max|got - ref| / max(max|ref|, floor) over n elements in rows of `width` values `stride` apart.
@@ -183,13 +185,17 @@ void check_gemm(cpu::Bf16Gemm& g, bool ta, bool tb, int64_t M, int64_t N, int64_
   const Data C0 = randb(M * ldc, seed + 2);
   std::vector<TC> C(M * ldc);
   for (int64_t i = 0; i < M * ldc; ++i) {
-    if constexpr (std::is_same_v<TC, float>) C[i] = static_cast<float>(C0.d[i]);
-    else C[i] = C0.b[i];
+    if constexpr (std::is_same_v<TC, float>)
+      C[i] = static_cast<float>(C0.d[i]);
+    else
+      C[i] = C0.b[i];
   }
   if (beta == 0.0f)  // beta == 0: C is not read, so NaN there must not leak into the result
     for (int64_t i = 0; i < M * ldc; ++i) {
-      if constexpr (std::is_same_v<TC, float>) C[i] = std::numeric_limits<float>::quiet_NaN();
-      else C[i] = to_bf16(std::numeric_limits<float>::quiet_NaN());
+      if constexpr (std::is_same_v<TC, float>)
+        C[i] = std::numeric_limits<float>::quiet_NaN();
+      else
+        C[i] = to_bf16(std::numeric_limits<float>::quiet_NaN());
     }
   const std::vector<TC> C_in = C;
   g.run(ta, tb, M, N, K, alpha, A.b.data(), lda, B.b.data(), ldb, beta, C.data(), ldc);
@@ -321,8 +327,8 @@ void check_attention(const cpu::Bf16Ops& ops, int64_t batch, int64_t seq, int64_
     std::vector<float> scratch(ops.attn_bwd_scratch(s, threads) + 16);
     float* aligned = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) &
                                               ~uintptr_t(63));
-    ops.attn_bwd(s, q, k, v, o1.data(), dout.b.data(), lse1.data(), g.data(),
-                 g.data() + heads * d, g.data() + (heads + kv_heads) * d, aligned, threads);
+    ops.attn_bwd(s, q, k, v, o1.data(), dout.b.data(), lse1.data(), g.data(), g.data() + heads * d,
+                 g.data() + (heads + kv_heads) * d, aligned, threads);
   };
   BVec g1(rows * s.ld_qkv, to_bf16(7.0f)), g2 = g1;
   backward(1, g1);
@@ -419,7 +425,8 @@ TEST_F(Bf16Test, RopeForwardAndInverse) {
       ref_.rope(yr.data(), rows, ld, seq, heads, hd, 10000.0, inverse);
       EXPECT_LT(elem_err(y, yr, 1e-3), kU + 1e-5) << "inverse=" << inverse;
       for (int64_t r = 0; r < rows; ++r)  // columns past n_heads*head_dim are left alone
-        for (int64_t c = heads * hd; c < ld; ++c) ASSERT_EQ(y[r * ld + c].bits, x.b[r * ld + c].bits);
+        for (int64_t c = heads * hd; c < ld; ++c)
+          ASSERT_EQ(y[r * ld + c].bits, x.b[r * ld + c].bits);
     }
 }
 
@@ -454,8 +461,7 @@ TEST_F(Bf16Test, CrossEntropyFromBf16AndF32Logits) {
                                                          vocab, lse_ref.data());
       EXPECT_LT(rel_err(lse, DVec(lse_ref.begin(), lse_ref.end())), 1e-5);
       double loss = 0;
-      for (int64_t r = 0; r < rows; ++r)
-        loss += lse[r] - to_float(logits.b[r * ld + targets[r]]);
+      for (int64_t r = 0; r < rows; ++r) loss += lse[r] - to_float(logits.b[r * ld + targets[r]]);
       EXPECT_NEAR(loss, loss_ref, 1e-5 * std::abs(loss_ref));
 
       const float scale = 1.0f / rows;

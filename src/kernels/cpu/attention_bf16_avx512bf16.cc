@@ -37,8 +37,8 @@ constexpr int kMR = 6, kNV = 4;  // 24 accumulators + 4 B vectors + 1 broadcast
 // C[MR x NV*16] (+)= A B over K = 2 * kp_n (see the file comment for the layouts; lda in bf16
 // elements, ldb in 32-bit pairs).
 template <int MR, int NV>
-HP_ALWAYS_INLINE void micro(int64_t kp_n, const u16* A, int64_t lda, const uint32_t* B,
-                            int64_t ldb, float* C, int64_t ldc, bool acc) {
+HP_ALWAYS_INLINE void micro(int64_t kp_n, const u16* A, int64_t lda, const uint32_t* B, int64_t ldb,
+                            float* C, int64_t ldc, bool acc) {
   __m512 c[MR][NV];
 #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m)
@@ -67,6 +67,7 @@ HP_ALWAYS_INLINE void micro(int64_t kp_n, const u16* A, int64_t lda, const uint3
 template <int NV>
 void micro_rows(int mr, int64_t kp_n, const u16* A, int64_t lda, const uint32_t* B, int64_t ldb,
                 float* C, int64_t ldc, bool acc) {
+  // clang-format off
   switch (mr) {
     case 6: micro<6, NV>(kp_n, A, lda, B, ldb, C, ldc, acc); break;
     case 5: micro<5, NV>(kp_n, A, lda, B, ldb, C, ldc, acc); break;
@@ -75,6 +76,7 @@ void micro_rows(int mr, int64_t kp_n, const u16* A, int64_t lda, const uint32_t*
     case 2: micro<2, NV>(kp_n, A, lda, B, ldb, C, ldc, acc); break;
     default: micro<1, NV>(kp_n, A, lda, B, ldb, C, ldc, acc); break;
   }
+  // clang-format on
 }
 
 // C[M x N] (+)= A[M x 2 kp_n] B[2 kp_n x N]; N a multiple of 16. kp_n == 0 with acc = false
@@ -89,12 +91,14 @@ void gemm_tile(int64_t M, int64_t N, int64_t kp_n, const u16* A, int64_t lda, co
       const u16* Am = A + m0 * lda;
       float* Cm = C + m0 * ldc + n0;
       const uint32_t* Bn = B + n0;
+      // clang-format off
       switch (nv) {
         case 4: micro_rows<4>(mr, kp_n, Am, lda, Bn, ldb, Cm, ldc, acc); break;
         case 3: micro_rows<3>(mr, kp_n, Am, lda, Bn, ldb, Cm, ldc, acc); break;
         case 2: micro_rows<2>(mr, kp_n, Am, lda, Bn, ldb, Cm, ldc, acc); break;
         default: micro_rows<1>(mr, kp_n, Am, lda, Bn, ldb, Cm, ldc, acc); break;
       }
+      // clang-format on
     }
   }
 }
@@ -156,8 +160,8 @@ void pack_t(const u16* src, int64_t ld, int64_t seq, int64_t j0, int64_t j1, int
 // Rows 2i and 2i+1 of `rows` f32 rows (stride T, width T) as T bf16 pairs per output row i
 // (dst[i*T + c] = (lo: row 2i, hi: row 2i+1)); a row >= nrows reads as 0.
 void pair_rows(const float* src, int64_t nrows, uint32_t* dst) {
-  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
-                                       8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   for (int64_t i = 0; 2 * i < nrows; ++i) {
     const float* lo = src + 2 * i * T;
     const bool has_hi = 2 * i + 1 < nrows;
@@ -250,8 +254,8 @@ void attn_bf16_fwd(const AttnShape& s, const bf16* q, const bf16* k, const bf16*
   const int64_t vt_sz = m.d * m.sp;
   par_for(s.batch * s.kv_heads, threads, [&](int64_t i, int) {
     const int64_t b = i / s.kv_heads, kh = i % s.kv_heads;
-    pack_t(raw(v) + b * s.seq * s.ld_qkv + kh * m.d, s.ld_qkv, s.seq, 0, m.sp, m.d,
-           VT + i * vt_sz, m.sp);
+    pack_t(raw(v) + b * s.seq * s.ld_qkv + kh * m.d, s.ld_qkv, s.seq, 0, m.sp, m.d, VT + i * vt_sz,
+           m.sp);
   });
 
   const float ninf = -std::numeric_limits<float>::infinity();
@@ -261,11 +265,11 @@ void attn_bf16_fwd(const AttnShape& s, const bf16* q, const bf16* k, const bf16*
     const int64_t b = bh / s.heads, h = bh % s.heads, kh = h / m.group;
     const int64_t q0 = qt * T, nq = std::min<int64_t>(T, s.seq - q0);
     float* base = per_thread + tid * fwd_thread_floats(m);
-    uint32_t* QTp = reinterpret_cast<uint32_t*>(base);                 // [dh][T]
-    float* St = base + round64(m.dh * T);                              // [T keys][T queries]
-    uint32_t* PTp = reinterpret_cast<uint32_t*>(St + T * T);           // [T/2][T]
-    float* OT = St + T * T + T * T / 2;                                // [d][T]
-    float* mx = OT + round64(m.d * T);                                 // [T] each
+    uint32_t* QTp = reinterpret_cast<uint32_t*>(base);        // [dh][T]
+    float* St = base + round64(m.dh * T);                     // [T keys][T queries]
+    uint32_t* PTp = reinterpret_cast<uint32_t*>(St + T * T);  // [T/2][T]
+    float* OT = St + T * T + T * T / 2;                       // [d][T]
+    float* mx = OT + round64(m.d * T);                        // [T] each
     float* l = mx + T;
     float* alpha = l + T;
     float* inv = alpha + T;
@@ -342,7 +346,9 @@ size_t bwd_dq_floats(const AttnShape& s, const Dims& m) {
 }
 // Per thread: P and dS [T][T] f32, P and dS in pairs [T/2][T], dS as bf16 rows [T][T], the dK^T
 // and dV^T accumulators [d][T].
-size_t bwd_thread_floats(const Dims& m) { return 2 * T * T + 3 * (T * T / 2) + 2 * round64(m.d * T); }
+size_t bwd_thread_floats(const Dims& m) {
+  return 2 * T * T + 3 * (T * T / 2) + 2 * round64(m.d * T);
+}
 
 struct BwdThread {
   float *P, *dS;
@@ -422,8 +428,8 @@ void bwd_pack_kv(const AttnShape& s, const Dims& m, const bf16* k, const bf16* v
 }
 
 // Packs Q^T and dO^T of each query head and computes D = rowsum(dO o) in f32.
-void bwd_pack_q(const AttnShape& s, const Dims& m, const bf16* q, const bf16* o,
-                const bf16* dout, u16* QT, u16* dOT, float* D, int threads) {
+void bwd_pack_q(const AttnShape& s, const Dims& m, const bf16* q, const bf16* o, const bf16* dout,
+                u16* QT, u16* dOT, float* D, int threads) {
   const int64_t t_sz = m.d * m.sp;
   par_for(s.batch * s.heads, threads, [&](int64_t bh, int) {
     const int64_t b = bh / s.heads, h = bh % s.heads;
@@ -446,9 +452,8 @@ void bwd_pack_q(const AttnShape& s, const Dims& m, const bf16* q, const bf16* o,
 
 // dq = (sum of the dQ partials of the groups that reach the row, in group order) / sqrt(d); dk,
 // dv of kv head kh = the sum over its query heads, in head order.
-void bwd_reduce(const AttnShape& s, const Dims& m, const float* dQs, int64_t ns,
-                const int64_t* cut, const float* dKh, const float* dVh, bf16* dq, bf16* dk,
-                bf16* dv, int threads) {
+void bwd_reduce(const AttnShape& s, const Dims& m, const float* dQs, int64_t ns, const int64_t* cut,
+                const float* dKh, const float* dVh, bf16* dq, bf16* dk, bf16* dv, int threads) {
   const int64_t head_sz = m.sp * m.dp;
   par_for(s.batch * s.heads * m.nt, threads, [&](int64_t i, int) {
     const int64_t bh = i / m.nt, qt = i % m.nt;
@@ -498,9 +503,9 @@ void store_cols(const float* src, int64_t nk, int64_t d, float mul, float* out, 
 
 }  // namespace
 
-void attn_bf16_bwd(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v,
-                   const bf16* o, const bf16* dout, const float* lse, bf16* dq, bf16* dk,
-                   bf16* dv, float* scratch, int threads) {
+void attn_bf16_bwd(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v, const bf16* o,
+                   const bf16* dout, const float* lse, bf16* dq, bf16* dk, bf16* dv, float* scratch,
+                   int threads) {
   const Dims m = dims_of(s);
   const size_t pn = bwd_pairs_floats(s, m), kn = bwd_kpairs_floats(s, m);
   const size_t qn = bwd_qt_floats(s, m), hn = bwd_head_floats(s, m);

@@ -83,8 +83,7 @@ using dt = dnnl::memory::data_type;
 dnnl::matmul::primitive_desc make_pd(const Key& k, const dnnl::engine& eng) {
   const dnnl::memory::desc a({k.M, k.K}, dt::bf16, k.ta ? dims{1, k.lda} : dims{k.lda, 1});
   const dnnl::memory::desc b({k.K, k.N}, dt::bf16, k.tb ? dims{1, k.ldb} : dims{k.ldb, 1});
-  const dnnl::memory::desc c({k.M, k.N}, k.ct == DType::kF32 ? dt::f32 : dt::bf16,
-                             dims{k.ldc, 1});
+  const dnnl::memory::desc c({k.M, k.N}, k.ct == DType::kF32 ? dt::f32 : dt::bf16, dims{k.ldc, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const float alpha = std::bit_cast<float>(k.alpha), beta = std::bit_cast<float>(k.beta);
@@ -185,11 +184,22 @@ void Bf16Gemm::run_any(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
   check_shape(trans_a, trans_b, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0) {
-    if (c_type == DType::kF32) scale_only(M, N, beta, static_cast<float*>(C), ldc);
-    else scale_only(M, N, beta, static_cast<bf16*>(C), ldc);
+    if (c_type == DType::kF32)
+      scale_only(M, N, beta, static_cast<float*>(C), ldc);
+    else
+      scale_only(M, N, beta, static_cast<bf16*>(C), ldc);
     return;
   }
-  const Key k{trans_a, trans_b, M, N, K, lda, ldb, ldc, c_type, std::bit_cast<uint32_t>(alpha),
+  const Key k{trans_a,
+              trans_b,
+              M,
+              N,
+              K,
+              lda,
+              ldb,
+              ldc,
+              c_type,
+              std::bit_cast<uint32_t>(alpha),
               std::bit_cast<uint32_t>(beta == 0.0f ? 0.0f : beta)};
   OmpThreads omp(threads_);
   try {
@@ -201,9 +211,10 @@ void Bf16Gemm::run_any(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
     e.prim.execute(impl_->stream, e.args);
     impl_->stream.wait();
   } catch (const dnnl::error& err) {
-    fail("bf16 gemm (oneDNN) failed for trans_a={} trans_b={} M={} N={} K={} lda={} ldb={} "
-         "ldc={} into {}: {}",
-         trans_a, trans_b, M, N, K, lda, ldb, ldc, dtype_name(c_type), err.what());
+    fail(
+        "bf16 gemm (oneDNN) failed for trans_a={} trans_b={} M={} N={} K={} lda={} ldb={} "
+        "ldc={} into {}: {}",
+        trans_a, trans_b, M, N, K, lda, ldb, ldc, dtype_name(c_type), err.what());
   }
 }
 
@@ -226,8 +237,9 @@ void Bf16Gemm::run_any(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
                        const bf16*, int64_t lda, const bf16*, int64_t ldb, float beta, void* C,
                        DType c_type, int64_t ldc) {
   check_shape(trans_a, trans_b, M, N, K, lda, ldb, ldc);
-  fail("bf16 gemm: this build has no oneDNN; install libdnnl-dev (scripts/install_deps.sh) and "
-       "reconfigure, or use precision fp32");
+  fail(
+      "bf16 gemm: this build has no oneDNN; install libdnnl-dev (scripts/install_deps.sh) and "
+      "reconfigure, or use precision fp32");
 }
 
 #endif

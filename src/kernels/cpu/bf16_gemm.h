@@ -24,12 +24,10 @@ class Bf16Gemm {
   // C[M,N] = alpha * op(A) op(B) + beta * C, row-major with leading dimensions lda, ldb, ldc;
   // op(A) is M x K, op(B) is K x N. beta == 0: C is not read. Any alpha and beta; the rounding
   // into a bf16 C is to nearest even.
-  void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-           const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C,
-           int64_t ldc);
-  void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-           const bf16* A, int64_t lda, const bf16* B, int64_t ldb, float beta, float* C,
-           int64_t ldc);
+  void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+           int64_t lda, const bf16* B, int64_t ldb, float beta, bf16* C, int64_t ldc);
+  void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const bf16* A,
+           int64_t lda, const bf16* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
   // Primitives built so far (a test checks that repeating a shape builds nothing).
   int64_t primitives_built() const;

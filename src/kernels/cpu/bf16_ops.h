@@ -22,16 +22,16 @@ struct Bf16Ops {
                    float* lse, float* scratch, int threads);
   size_t (*attn_bwd_scratch)(const AttnShape& s, int threads);
   void (*attn_bwd)(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v, const bf16* o,
-                   const bf16* dout, const float* lse, bf16* dq, bf16* dk, bf16* dv,
-                   float* scratch, int threads);
+                   const bf16* dout, const float* lse, bf16* dq, bf16* dk, bf16* dv, float* scratch,
+                   int threads);
 
-  void (*rmsnorm_fwd)(bf16* y, float* rstd, const bf16* x, const bf16* g, int64_t rows,
-                      int64_t dim, float eps, int threads);
+  void (*rmsnorm_fwd)(bf16* y, float* rstd, const bf16* x, const bf16* g, int64_t rows, int64_t dim,
+                      float eps, int threads);
   // dg is f32 (master); scratch: threads * dim floats (per-thread dg partials, summed in thread
   // order).
   void (*rmsnorm_bwd)(bf16* dx, float* dg, const bf16* dy, const bf16* x, const bf16* g,
-                      const float* rstd, int64_t rows, int64_t dim, bool accumulate,
-                      float* scratch, int threads);
+                      const float* rstd, int64_t rows, int64_t dim, bool accumulate, float* scratch,
+                      int threads);
   void (*rope)(bf16* x, int64_t rows, int64_t ld, int64_t seq, int64_t n_heads, int64_t head_dim,
                const float* cos_t, const float* sin_t, bool inverse, int threads);
   void (*swiglu_fwd)(bf16* h, const bf16* g, const bf16* u, int64_t n, int threads);
@@ -44,8 +44,7 @@ struct Bf16Ops {
   void (*ce_bwd)(bf16* dlogits, const bf16* logits, int64_t ld, const float* lse,
                  const int32_t* targets, int64_t rows, int64_t vocab, float scale, int threads);
   void (*ce_bwd_f32)(bf16* dlogits, const float* logits, int64_t ld, const float* lse,
-                     const int32_t* targets, int64_t rows, int64_t vocab, float scale,
-                     int threads);
+                     const int32_t* targets, int64_t rows, int64_t vocab, float scale, int threads);
   // dtable (f32) [tokens[t], :] += dx[t, :], in token order per column (deterministic).
   void (*embedding_bwd)(float* dtable, const int32_t* tokens, const bf16* dx, int64_t n,
                         int64_t dim, int threads);

@@ -31,7 +31,9 @@ HP_ALWAYS_INLINE __m512 bload(const u16* p) {
 HP_ALWAYS_INLINE __m512 bload_n(const u16* p, int64_t n) {
   return widen(_mm256_maskz_loadu_epi16(first_n(n), p));
 }
-HP_ALWAYS_INLINE __m256i narrow(__m512 x) { return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)); }
+HP_ALWAYS_INLINE __m256i narrow(__m512 x) {
+  return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
+}
 HP_ALWAYS_INLINE void bstore(u16* p, __m512 x) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow(x));
 }
@@ -39,8 +41,12 @@ HP_ALWAYS_INLINE void bstore_n(u16* p, __m512 x, int64_t n) {
   _mm256_mask_storeu_epi16(p, first_n(n), narrow(x));
 }
 // Masked f32 loads and stores for row tails.
-HP_ALWAYS_INLINE __m512 fload_n(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(first_n(n), p); }
-HP_ALWAYS_INLINE void fstore_n(float* p, __m512 x, int64_t n) { _mm512_mask_storeu_ps(p, first_n(n), x); }
+HP_ALWAYS_INLINE __m512 fload_n(const float* p, int64_t n) {
+  return _mm512_maskz_loadu_ps(first_n(n), p);
+}
+HP_ALWAYS_INLINE void fstore_n(float* p, __m512 x, int64_t n) {
+  _mm512_mask_storeu_ps(p, first_n(n), x);
+}
 
 // Scalars, rounded by the same instruction as the vectors.
 HP_ALWAYS_INLINE float bf2f(u16 b) {

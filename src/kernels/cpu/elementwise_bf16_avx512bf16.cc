@@ -22,9 +22,9 @@ size_t attn_bf16_fwd_scratch(const AttnShape& s, int threads);
 void attn_bf16_fwd(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v, bf16* o,
                    float* lse, float* scratch, int threads);
 size_t attn_bf16_bwd_scratch(const AttnShape& s, int threads);
-void attn_bf16_bwd(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v,
-                   const bf16* o, const bf16* dout, const float* lse, bf16* dq, bf16* dk,
-                   bf16* dv, float* scratch, int threads);
+void attn_bf16_bwd(const AttnShape& s, const bf16* q, const bf16* k, const bf16* v, const bf16* o,
+                   const bf16* dout, const float* lse, bf16* dq, bf16* dk, bf16* dv, float* scratch,
+                   int threads);
 
 namespace {
 
@@ -192,8 +192,7 @@ float row_lse(const u16* x, int64_t vocab) {
   return run_m + std::log(run_s);
 }
 
-void ce_fwd(const bf16* logits, int64_t ld, int64_t rows, int64_t vocab, float* lse,
-            int threads) {
+void ce_fwd(const bf16* logits, int64_t ld, int64_t rows, int64_t vocab, float* lse, int threads) {
   chunked(rows, rows_per_chunk(vocab), threads, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) lse[r] = row_lse(raw(logits) + r * ld, vocab);
   });
@@ -201,13 +200,12 @@ void ce_fwd(const bf16* logits, int64_t ld, int64_t rows, int64_t vocab, float* 
 
 // One row of dlogits = (softmax - onehot) * scale; `load` reads 16 (or n) logits as f32.
 template <class Load>
-HP_ALWAYS_INLINE void ce_bwd_row(u16* d, float xt, int64_t t, float lse, int64_t vocab,
-                                 float scale, Load&& load) {
+HP_ALWAYS_INLINE void ce_bwd_row(u16* d, float xt, int64_t t, float lse, int64_t vocab, float scale,
+                                 Load&& load) {
   const float dt = (std::exp(xt - lse) - 1.0f) * scale;  // read before d may overwrite x
   const __m512 vl = vset1(lse), vsc = vset1(scale);
-  lanes(0, vocab, [&](int64_t c, int64_t n) {
-    bstore_n(d + c, vmul(vexp(vsub(load(c, n), vl)), vsc), n);
-  });
+  lanes(0, vocab,
+        [&](int64_t c, int64_t n) { bstore_n(d + c, vmul(vexp(vsub(load(c, n), vl)), vsc), n); });
   d[t] = f2bf(dt);
 }
 
@@ -222,8 +220,8 @@ void ce_bwd(bf16* dl, const bf16* logits, int64_t ld, const float* lse, const in
   });
 }
 
-void ce_bwd_f32(bf16* dl, const float* logits, int64_t ld, const float* lse,
-                const int32_t* targets, int64_t rows, int64_t vocab, float scale, int threads) {
+void ce_bwd_f32(bf16* dl, const float* logits, int64_t ld, const float* lse, const int32_t* targets,
+                int64_t rows, int64_t vocab, float scale, int threads) {
   chunked(rows, rows_per_chunk(vocab), threads, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = logits + r * ld;
@@ -307,10 +305,22 @@ namespace cpu {
 const Bf16Ops& avx512bf16_ops() {
   namespace I = HP_SIMD_NS;
   static const Bf16Ops ops = {
-      I::attn_bf16_fwd_scratch, I::attn_bf16_fwd, I::attn_bf16_bwd_scratch, I::attn_bf16_bwd,
-      I::rmsnorm_fwd,           I::rmsnorm_bwd,   I::rope,                  I::swiglu_fwd,
-      I::swiglu_bwd,            I::ce_fwd,        I::ce_bwd,                I::ce_bwd_f32,
-      I::embedding_bwd,         I::to_bf16,       I::to_f32,                I::axpy,
+      I::attn_bf16_fwd_scratch,
+      I::attn_bf16_fwd,
+      I::attn_bf16_bwd_scratch,
+      I::attn_bf16_bwd,
+      I::rmsnorm_fwd,
+      I::rmsnorm_bwd,
+      I::rope,
+      I::swiglu_fwd,
+      I::swiglu_bwd,
+      I::ce_fwd,
+      I::ce_bwd,
+      I::ce_bwd_f32,
+      I::embedding_bwd,
+      I::to_bf16,
+      I::to_f32,
+      I::axpy,
       I::sum_squares_blocks,
   };
   return ops;
