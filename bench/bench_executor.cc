@@ -63,10 +63,10 @@ int main(int argc, char** argv) {
     double seconds = 0;
     world.run([&](Comm& comm) {
       GridComms grid = split_grid(comm, 1, P);
-      auto k = make_cpu_kernels(1);
-      DistStage stage(sch, grid, c, *k, B, S);
+      auto be = make_cpu_backend(1);
+      DistStage stage(sch, grid, c, *be, B, S);
       stage.params().init(1);
-      AdamW opt;
+      AdamW opt(*be);
       DistStepResult r = stage.loss_and_grads(tokens.data(), tokens.data());  // warm-up
       comm.barrier();
       const double t0 = now_s();

@@ -64,11 +64,11 @@ std::vector<float> randn(size_t n, unsigned seed) {
   return v;
 }
 
-double sgemm_gflops(hp::KernelsT<float>& k, int64_t M, int64_t N, int64_t K, double min_s) {
+double sgemm_gflops(hp::Kernels& k, int64_t M, int64_t N, int64_t K, double min_s) {
   const auto a = randn(M * K, 1), b = randn(K * N, 2);
   std::vector<float> c(M * N);
   const double t = best_seconds(
-      [&] { k.gemm(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N); },
+      [&] { k.gemm(false, false, M, N, K, 1.0, a.data(), K, b.data(), N, 0.0, c.data(), N); },
       min_s);
   return 2.0 * M * N * K / t * 1e-9;
 }
@@ -77,7 +77,7 @@ struct AttnRate {
   double fwd, bwd;
 };
 
-AttnRate attention_gflops(hp::KernelsT<float>& k, int64_t seq, int64_t heads, int64_t d,
+AttnRate attention_gflops(hp::Kernels& k, int64_t seq, int64_t heads, int64_t d,
                           double min_s) {
   hp::AttnShape s;
   s.batch = 1;
@@ -176,11 +176,11 @@ void bf16_rows(int threads, const std::vector<int64_t>& seqs, double min_s) {
 
 // Row/elementwise kernels: GB/s of compulsory traffic, and the speedup over the reference
 // backend (plain loops) on the same data, both timed in this run.
-void elementwise_rows(hp::KernelsT<float>& k, hp::KernelsT<float>& ref, double min_s) {
+void elementwise_rows(hp::Kernels& k, hp::Kernels& ref, double min_s) {
   struct Case {
     const char* name;
     double bytes;
-    std::function<void(hp::KernelsT<float>&)> run;
+    std::function<void(hp::Kernels&)> run;
   };
   const int64_t T = 4096, h = 256, f = 1024, rows_ce = 512, vocab = 32000;
   auto x = randn(T * h, 5), g = randn(h, 6), y = std::vector<float>(T * h), rs = std::vector<float>(T);
@@ -190,24 +190,25 @@ void elementwise_rows(hp::KernelsT<float>& k, hp::KernelsT<float>& ref, double m
   std::vector<int32_t> tgt(rows_ce);
   for (int64_t r = 0; r < rows_ce; ++r) tgt[r] = static_cast<int32_t>((r * 7919) % vocab);
   std::vector<float> lse(rows_ce);
+  double loss = 0;
   const double fl = sizeof(float);
   const std::vector<Case> cases = {
       {"rmsnorm fwd 4096x256", 2.0 * T * h * fl,
-       [&](hp::KernelsT<float>& kk) { kk.rmsnorm_forward(y.data(), rs.data(), x.data(), g.data(), T, h, 1e-5); }},
+       [&](hp::Kernels& kk) { kk.rmsnorm_forward(y.data(), rs.data(), x.data(), g.data(), T, h, 1e-5); }},
       {"rmsnorm bwd 4096x256", 3.0 * T * h * fl,
-       [&](hp::KernelsT<float>& kk) {
+       [&](hp::Kernels& kk) {
          kk.rmsnorm_backward(dx.data(), dg.data(), dy.data(), x.data(), g.data(), rs.data(), T, h, false);
        }},
       {"swiglu fwd 4096x1024", 3.0 * T * f * fl,
-       [&](hp::KernelsT<float>& kk) { kk.swiglu_forward(hh.data(), gg.data(), uu.data(), T * f); }},
+       [&](hp::Kernels& kk) { kk.swiglu_forward(hh.data(), gg.data(), uu.data(), T * f); }},
       {"xent fwd 512x32000", 1.0 * rows_ce * vocab * fl,
-       [&](hp::KernelsT<float>& kk) {
-         kk.cross_entropy_forward(logits.data(), vocab, tgt.data(), rows_ce, vocab, lse.data());
+       [&](hp::Kernels& kk) {
+         kk.cross_entropy_forward(logits.data(), vocab, tgt.data(), rows_ce, vocab, lse.data(), &loss);
        }},
       {"xent bwd 512x32000", 2.0 * rows_ce * vocab * fl,
-       [&](hp::KernelsT<float>& kk) {
+       [&](hp::Kernels& kk) {
          kk.cross_entropy_backward(dl.data(), logits.data(), vocab, lse.data(), tgt.data(), rows_ce,
-                                   vocab, 1.0f);
+                                   vocab, 1.0);
        }},
   };
   for (const Case& c : cases) {
@@ -277,7 +278,7 @@ int main(int argc, char** argv) {
         }
       }
       if (threads == 1) {
-        auto ref = hp::make_reference_kernels<float>();
+        auto ref = hp::make_reference_kernels();
         elementwise_rows(*k, *ref, min_s / 2);
       }
     }

@@ -81,8 +81,8 @@ struct BenchSetup {
 Measured measure(Comm& world, const Schedule& sch, const BenchSetup& b, bool want_timeline) {
   const int P = sch.num_stages;
   GridComms grid = split_grid(world, 1, P);
-  auto k = make_cpu_kernels(b.threads);
-  DistStage st(sch, grid, b.cfg, *k, 1, b.seq_len);
+  auto be = make_cpu_backend(b.threads);
+  DistStage st(sch, grid, b.cfg, *be, 1, b.seq_len);
   st.params().init(1);
   // Slots: [steps x P] step totals, then [P x 5] the last step's stats; all-reduced as a gather.
   constexpr int kStats = 5;

@@ -39,7 +39,8 @@ int cmd_eval(int argc, char** argv) {
   const ModelConfig cfg = checkpoint_model_config(info);
   HP_CHECK(seq_len <= cfg.max_positions, "--seq-len {} exceeds the model's max_position_embeddings {}",
            seq_len, cfg.max_positions);
-  Params params(cfg, Params::all_parts(cfg));
+  auto be = make_cpu_backend(threads);
+  Params params(cfg, Params::all_parts(cfg), *be);
   load_checkpoint_params(info, params);
   const TokenSource source = TokenSource::open(data);
   const SequenceReader reader(source, seq_len, cfg.vocab);
@@ -48,16 +49,18 @@ int cmd_eval(int argc, char** argv) {
            reader.sequences(), seq_len);
   const int64_t avail = reader.sequences() - skip;
   const int64_t n = max_sequences > 0 ? std::min(max_sequences, avail) : avail;
-  auto kernels = make_cpu_kernels(threads);
-  Model model(cfg, *kernels, params);
+  Model model(params);
   std::vector<int32_t> tokens, targets;
+  TokenBuffer tok, tgt;
   double sum = 0;  // sum of token losses
   for (int64_t first = 0; first < n; first += batch) {
     const int64_t rows = std::min(batch, n - first);
     tokens.resize(rows * seq_len);
     targets.resize(rows * seq_len);
     reader.read(skip + first, rows, /*wrap=*/false, tokens.data(), targets.data());
-    sum += eval_loss(model, tokens.data(), targets.data(), rows, seq_len) *
+    tok.upload(*be, tokens, cfg.vocab, "token");
+    tgt.upload(*be, targets, cfg.vocab, "target");
+    sum += eval_loss(model, tok.data(), tgt.data(), rows, seq_len) *
            static_cast<double>(rows * seq_len);
   }
   const double loss = sum / static_cast<double>(n * seq_len);

@@ -48,10 +48,11 @@ int cmd_generate(int argc, char** argv) {
 
   const CheckpointInfo info = open_checkpoint(checkpoint);
   const ModelConfig cfg = checkpoint_model_config(info);
-  Params params(cfg, Params::all_parts(cfg));
+  auto be = make_cpu_backend(threads);
+  Params params(cfg, Params::all_parts(cfg), *be);
   load_checkpoint_params(info, params);
-  auto kernels = make_cpu_kernels(threads);
-  Model model(cfg, *kernels, params);
+  Model model(params);
+  TokenBuffer context_tokens;
   context = std::min(context, cfg.max_positions);
   // Byte tokens only: ids above 255 (a padded vocab) cannot be printed, so they are never sampled.
   const int64_t limit = std::min<int64_t>(cfg.vocab, kByteVocab);
@@ -66,7 +67,9 @@ int cmd_generate(int argc, char** argv) {
     const int64_t n = static_cast<int64_t>(tokens.size());
     if (no_cache) {
       const int64_t len = std::min<int64_t>(context, n);
-      forward_logits(model, tokens.data() + n - len, 1, len, logits.data(), /*last_only=*/true);
+      context_tokens.upload(*be, {tokens.data() + n - len, static_cast<size_t>(len)}, cfg.vocab,
+                            "token");
+      forward_logits(model, context_tokens.data(), 1, len, logits.data(), /*last_only=*/true);
       return;
     }
     std::span<const float> out;

@@ -30,7 +30,8 @@ int cmd_grad(int argc, char** argv) {
   const ModelConfig cfg = checkpoint_model_config(info);
   HP_CHECK(f.seq_len <= cfg.max_positions, "--seq-len {} exceeds the model's max_position_embeddings {}",
            f.seq_len, cfg.max_positions);
-  Params params(cfg, Params::all_parts(cfg));
+  auto be = make_cpu_backend(f.threads);
+  Params params(cfg, Params::all_parts(cfg), *be);
   load_checkpoint_params(info, params);
   const TokenSource source = TokenSource::open(f.data);
   const SequenceReader reader(source, f.seq_len, cfg.vocab);
@@ -42,17 +43,19 @@ int cmd_grad(int argc, char** argv) {
   std::vector<int32_t> tokens, targets;
   read_step_batch(reader, 0, shape, /*wrap=*/false, tokens, targets);
 
-  auto kernels = make_cpu_kernels(f.threads);
   ModelOptions mo;
   mo.mlp_chunk = f.mlp_chunk;
-  Model model(cfg, *kernels, params, mo);
+  Model model(params, mo);
+  TokenBuffer tok, tgt;
+  tok.upload(*be, tokens, cfg.vocab, "token");
+  tgt.upload(*be, targets, cfg.vocab, "target");
   params.zero_grad();
   StepOptions so;
   so.recompute = shape.recompute;
-  const double loss = loss_and_grads(model, tokens.data(), targets.data(), shape.microbatch_size,
+  const double loss = loss_and_grads(model, tok.data(), tgt.data(), shape.microbatch_size,
                                      shape.seq_len, static_cast<int>(shape.microbatches), so);
-  const auto grads = model_write_tensors(
-      cfg, [&](const std::string& name) -> const float* { return params.grad(name); });
+  std::vector<float> host;
+  const auto grads = params_write_tensors(params, host, /*grads=*/true);
   write_safetensors(f.out, grads,
                     {{"format", "pt"},
                      {"helixpipe", "gradients of the mean loss"},

@@ -24,7 +24,8 @@ int cmd_init(int argc, char** argv) {
       ->required();
   if (auto rc = parse_flags(app, argc, argv)) return *rc;
   const ModelConfig cfg = ModelConfig::load(model);
-  Params params(cfg, Params::all_parts(cfg));
+  auto be = make_reference_backend();  // nothing is computed: memory only
+  Params params(cfg, Params::all_parts(cfg), *be);
   params.init(seed);
   save_training_checkpoint(out, params, nullptr, nullptr);
   fmt::print("wrote {}: {} layers, hidden {}, heads {} (kv {}), vocab {}, {} parameters, seed {}\n",

@@ -34,14 +34,14 @@ int cmd_train(int argc, char** argv) {
   const ModelConfig& cfg = plan.cfg;
   const TokenSource source = TokenSource::open(f.data);
   const SequenceReader reader(source, plan.shape.seq_len, cfg.vocab);
-  Params params(cfg, Params::all_parts(cfg));
+  auto be = make_cpu_backend(f.threads);
+  Params params(cfg, Params::all_parts(cfg), *be);
   if (plan.source) {
     load_checkpoint_params(*plan.source, params);
   } else {
     params.init(plan.state.seed);
   }
-  auto kernels = make_cpu_kernels(f.threads);
-  Trainer trainer(cfg, *kernels, params, plan.model_options, plan.shape, plan.state);
+  Trainer trainer(cfg, params, plan.model_options, plan.shape, plan.state);
   if (plan.resumed) trainer.load_optimizer(*plan.source->optimizer_path);
   MetricsLog log;
   if (!f.log.empty()) log.open(f.log, plan.resumed);

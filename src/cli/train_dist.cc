@@ -79,15 +79,15 @@ int train_dist_main(int argc, char** argv) {
       throw Error("the schedule has " + std::to_string(sch.microbatches) +
                   " micro-batches but --microbatches is " + std::to_string(M) + "; make them agree");
     GridComms grid = split_grid(*world, dp, sch.num_stages);
-    auto kernels = make_cpu_kernels(f.threads);
-    DistStage stage(sch, grid, cfg, *kernels, B, S, plan.model_options);
+    auto be = make_cpu_backend(f.threads);
+    DistStage stage(sch, grid, cfg, *be, B, S, plan.model_options);
     if (plan.source) {
       load_checkpoint_params(*plan.source, stage.params());
     } else {
       stage.params().init(plan.state.seed);
     }
     TrainState st = plan.state;
-    AdamW opt(st.adamw);
+    AdamW opt(*be, st.adamw);
     std::vector<ParamRef> refs = param_refs(stage.params());
     if (plan.resumed && plan.source->optimizer_path)
       opt.load_state(SafetensorsReader::open(*plan.source->optimizer_path), refs, st.step);
@@ -118,7 +118,7 @@ int train_dist_main(int argc, char** argv) {
     // A checkpoint in the single-process layout: weights and AdamW moments of every stage
     // gathered on rank 0 (replica 0's stages; the replicas hold identical copies).
     auto save = [&] {
-      Params full(cfg, root ? Params::all_parts(cfg) : std::vector<Part>{});
+      Params full(cfg, root ? Params::all_parts(cfg) : std::vector<Part>{}, *be);
       if (grid.d == 0) stage.gather_params(grid.p == 0 ? &full : nullptr);
       std::vector<StWriteTensor> moments = opt.state_tensors(refs);
       std::vector<std::vector<float>> received;
@@ -126,7 +126,7 @@ int train_dist_main(int argc, char** argv) {
         Comm& pipe = *grid.pipeline;
         if (pipe.rank() == 0) {
           for (int q = 1; q < pipe.size(); ++q) {
-            Params other(cfg, stage_parts(sch, q));
+            Params other(cfg, stage_parts(sch, q), *be);
             for (const ParamRef& pr : param_refs(other)) {
               for (const char* kind : {"exp_avg.", "exp_avg_sq."}) {
                 received.emplace_back(static_cast<size_t>(pr.numel()));
@@ -152,8 +152,8 @@ int train_dist_main(int argc, char** argv) {
       if (root) {
         CheckpointContents c;
         c.config = model_config_to_hf(cfg);
-        c.model = model_write_tensors(
-            cfg, [&](const std::string& name) -> const float* { return full.param(name); });
+        std::vector<float> host;
+        c.model = params_write_tensors(full, host);
         c.optimizer = std::move(moments);
         TrainState saved = st;
         saved.microbatches = global.microbatches;  // the global batch: M per replica x D
@@ -283,10 +283,10 @@ int grad_dist_main(int argc, char** argv) {
       lower(sch, &cfg, B * S);
     }
     GridComms grid = split_grid(*world, dp, sch.num_stages);
-    auto kernels = make_cpu_kernels(f.threads);
+    auto be = make_cpu_backend(f.threads);
     ModelOptions mo;
     mo.mlp_chunk = f.mlp_chunk;
-    DistStage stage(sch, grid, cfg, *kernels, B, S, mo);
+    DistStage stage(sch, grid, cfg, *be, B, S, mo);
     load_checkpoint_params(info, stage.params());
     const TokenSource source = TokenSource::open(f.data);
     const SequenceReader reader(source, S, cfg.vocab);
@@ -298,11 +298,12 @@ int grad_dist_main(int argc, char** argv) {
     read_step_batch(reader, 0, shape, /*wrap=*/false, tokens, targets);
     const int64_t off = static_cast<int64_t>(grid.d) * M * B * S;
     DistStepResult r = stage.loss_and_grads(tokens.data() + off, targets.data() + off);
-    Params full(cfg, grid.d == 0 && grid.p == 0 ? Params::all_parts(cfg) : std::vector<Part>{});
+    Params full(cfg, grid.d == 0 && grid.p == 0 ? Params::all_parts(cfg) : std::vector<Part>{},
+                *be);
     if (grid.d == 0) stage.gather_grads(grid.p == 0 ? &full : nullptr);
     if (world->rank() == 0) {
-      const auto grads = model_write_tensors(
-          cfg, [&](const std::string& name) -> const float* { return full.grad(name); });
+      std::vector<float> host;
+      const auto grads = params_write_tensors(full, host, /*grads=*/true);
       write_safetensors(f.out, grads,
                         {{"format", "pt"},
                          {"helixpipe", "gradients of the mean loss"},

@@ -92,9 +92,45 @@ class Buffer {
   void* data_ = nullptr;
 };
 
-// Host backends. cpu: OpenBLAS GEMMs and our SIMD kernels (f32; bf16 where the CPU has
-// AVX512-BF16); threads <= 0 means cpu_threads(0). reference: plain loops in any precision,
-// f64 included, for checks.
+// `bytes` of a backend's memory with no element type: message buffers (values of several types
+// packed back to back) and token ids (int32). Returned when destroyed.
+class RawBuffer {
+ public:
+  RawBuffer() = default;
+  RawBuffer(Backend& be, int64_t bytes)
+      : be_(&be), bytes_(bytes), data_(bytes > 0 ? be.allocate(bytes) : nullptr) {}
+  ~RawBuffer() { reset(); }
+  RawBuffer(RawBuffer&& o) noexcept { *this = std::move(o); }
+  RawBuffer& operator=(RawBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      be_ = std::exchange(o.be_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+      data_ = std::exchange(o.data_, nullptr);
+    }
+    return *this;
+  }
+  RawBuffer(const RawBuffer&) = delete;
+  RawBuffer& operator=(const RawBuffer&) = delete;
+
+  void* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+  Backend* backend() const { return be_; }
+  void reset() {
+    if (data_) be_->deallocate(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+
+ private:
+  Backend* be_ = nullptr;
+  int64_t bytes_ = 0;
+  void* data_ = nullptr;
+};
+
+// Host backends (kernels/host): the caching allocator over this process's memory. cpu: OpenBLAS
+// GEMMs and our SIMD kernels (f32 for now: supports(bf16()) is false); threads <= 0 means
+// cpu_threads(0). reference: plain loops in fp32, bf16 and fp64, for checks.
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
 std::unique_ptr<Backend> make_reference_backend();
 

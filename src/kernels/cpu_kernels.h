@@ -1,10 +1,11 @@
 // CPU backend specifics: which SIMD code path to run and which OpenBLAS core is doing the GEMMs.
-// The backend itself is reached through KernelsT<float> (kernels.h).
+// The kernels are reached through Kernels (kernels.h), the backend through Backend (backend.h).
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "kernels/backend.h"
 #include "kernels/kernels.h"
 
 namespace hp {
@@ -17,8 +18,13 @@ enum class CpuIsa { kAuto, kAvx512, kAvx2 };
 int cpu_threads(int threads);
 
 // threads <= 0: cpu_threads(threads). Throws hp::Error if `isa` is not
-// supported by this CPU.
-std::unique_ptr<KernelsT<float>> make_cpu_kernels(int threads, CpuIsa isa);
+// supported by this CPU. (make_cpu_kernels(threads) and make_cpu_backend(threads) use kAuto, or
+// HP_CPU_ISA=avx2|avx512|auto when set.)
+std::unique_ptr<Kernels> make_cpu_kernels(int threads, CpuIsa isa);
+std::unique_ptr<Backend> make_cpu_backend(int threads, CpuIsa isa);
+
+// The ISA HP_CPU_ISA=avx2|avx512|auto asks for (kAuto when unset); hp::Error on another value.
+CpuIsa cpu_isa_from_env();
 
 // True when this CPU can run `isa` (kAuto: always).
 bool cpu_supports(CpuIsa isa);

@@ -1,5 +1,5 @@
-// The math the model needs, as one interface per backend: reference (plain loops, any number type),
-// cpu (OpenBLAS + our SIMD attention), later cuda. Pointers are that backend's memory. All matrices
+// The math the model needs, as one interface per backend: reference (plain loops), cpu (OpenBLAS +
+// our SIMD attention), cuda (kernels/cuda). Pointers are that backend's memory. All matrices
 // are row-major with explicit leading dimensions, tokens along rows ("token-major").
 // Implementations must not allocate per call in steady state (keep scratch inside the object).
 #pragma once
@@ -20,71 +20,6 @@ struct AttnShape {
   int64_t ld_qkv = 0;  // row stride of q, k, v (all three live in one QKV row in our model)
   int64_t ld_o = 0;    // row stride of o / do
 };
-
-// The typed interface being retired: every backend moves to Kernels below (one element type per
-// pointer, chosen by a Precision), and this template goes with the last caller.
-template <typename T>
-class KernelsT {
- public:
-  virtual ~KernelsT() = default;
-  virtual std::string name() const = 0;
-
-  // C[M,N] = alpha * op(A) op(B) + beta * C; op(A) is M x K, op(B) is K x N.
-  virtual void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha,
-                    const T* A, int64_t lda, const T* B, int64_t ldb, T beta, T* C,
-                    int64_t ldc) = 0;
-
-  // y[r,:] = x[r,:] * rstd[r] * g, rstd[r] = 1/sqrt(mean(x[r,:]^2) + eps). rows x dim.
-  virtual void rmsnorm_forward(T* y, T* rstd, const T* x, const T* g, int64_t rows, int64_t dim,
-                               double eps) = 0;
-  // dx (= or += when accumulate) from dy; dg += sum over rows of dy * x * rstd.
-  virtual void rmsnorm_backward(T* dx, T* dg, const T* dy, const T* x, const T* g, const T* rstd,
-                                int64_t rows, int64_t dim, bool accumulate) = 0;
-
-  // Rotary positions, Hugging Face Llama convention (rotate_half: pairs (j, j + head_dim/2),
-  // inv_freq_j = theta^(-2j/head_dim)), applied in place to the first n_heads*head_dim values of
-  // each of `rows` rows (row stride ld); the position of row t is t mod seq.
-  // inverse = true rotates by the negative angle (this is the backward).
-  virtual void rope(T* x, int64_t rows, int64_t ld, int64_t seq, int64_t n_heads,
-                    int64_t head_dim, double theta, bool inverse) = 0;
-
-  // o (rows x heads*head_dim, stride ld_o) and lse (batch, heads, seq) from q, k, v.
-  virtual void attention_forward(const AttnShape& s, const T* q, const T* k, const T* v, T* o,
-                                 float* lse) = 0;
-  // dq, dk, dv (overwritten, stride ld_qkv) from do (stride ld_o), using o and lse of the forward.
-  virtual void attention_backward(const AttnShape& s, const T* q, const T* k, const T* v,
-                                  const T* o, const T* dout, const float* lse, T* dq, T* dk,
-                                  T* dv) = 0;
-
-  // h = silu(g) * u, elementwise over n.
-  virtual void swiglu_forward(T* h, const T* g, const T* u, int64_t n) = 0;
-  // dg, du (overwritten) from dh.
-  virtual void swiglu_backward(T* dg, T* du, const T* dh, const T* g, const T* u, int64_t n) = 0;
-
-  // Cross-entropy over `rows` rows of logits (stride ld >= vocab): lse[r] = logsumexp(logits[r,:]);
-  // returns the sum over rows of lse[r] - logits[r, target[r]].
-  virtual double cross_entropy_forward(const T* logits, int64_t ld, const int32_t* targets,
-                                       int64_t rows, int64_t vocab, float* lse) = 0;
-  // dlogits[r,:] = (softmax(logits[r,:]) - onehot(target[r])) * scale; may alias logits.
-  virtual void cross_entropy_backward(T* dlogits, const T* logits, int64_t ld, const float* lse,
-                                      const int32_t* targets, int64_t rows, int64_t vocab,
-                                      T scale) = 0;
-
-  // x[t,:] = table[tokens[t],:]; dtable[tokens[t],:] += dx[t,:] (in token order: deterministic).
-  virtual void embedding_forward(T* x, const int32_t* tokens, const T* table, int64_t n,
-                                 int64_t dim) = 0;
-  virtual void embedding_backward(T* dtable, const int32_t* tokens, const T* dx, int64_t n,
-                                  int64_t dim) = 0;
-
-  // y += alpha * x
-  virtual void axpy(T* y, const T* x, T alpha, int64_t n) = 0;
-  // sum of squares, accumulated in double
-  virtual double sum_squares(const T* x, int64_t n) = 0;
-  // AdamW with decoupled weight decay and bias correction; step counts from 1.
-  virtual void adamw(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1,
-                     double beta2, double eps, double weight_decay, int64_t step) = 0;
-};
-
 
 // The math the model needs, once per backend, over typed pointers (dtype.h). Which type each
 // argument has follows the Precision the caller runs under; the comments name the role:
@@ -118,7 +53,10 @@ class Kernels {
                                 ConstDataPtr g, ConstDataPtr rstd, int64_t rows, int64_t dim,
                                 bool accumulate) = 0;
 
-  // Rotary positions in place (compute), as KernelsT::rope documents; angles from rope_angles.h.
+  // Rotary positions in place (compute), Hugging Face Llama convention (rotate_half: pairs (j,
+  // j + head_dim/2), angles from rope_angles.h), on the first n_heads*head_dim values of each of
+  // `rows` rows (row stride ld); the position of row t is t mod seq. inverse = true rotates by the
+  // negative angle (the backward).
   virtual void rope(DataPtr x, int64_t rows, int64_t ld, int64_t seq, int64_t n_heads,
                     int64_t head_dim, double theta, bool inverse) = 0;
 
@@ -136,8 +74,9 @@ class Kernels {
                                ConstDataPtr u, int64_t n) = 0;
 
   // Over `rows` rows of logits (compute or f32, stride ld >= vocab): lse[r] (stats) =
-  // logsumexp(logits[r,:]); loss_sum (one f64) += sum over rows of lse[r] - logits[r, target[r]],
-  // the rows summed in f64 in row order.
+  // logsumexp(logits[r,:]); loss_sum (one f64) += the sum over rows of lse[r] - logits[r,
+  // target[r]], formed in f64 in row order from 0 and then added (so a chunked caller gets the bits
+  // of summing per-chunk totals in chunk order).
   virtual void cross_entropy_forward(ConstDataPtr logits, int64_t ld, const int32_t* targets,
                                      int64_t rows, int64_t vocab, DataPtr lse,
                                      DataPtr loss_sum) = 0;
@@ -168,11 +107,9 @@ class Kernels {
                      double grad_scale, DataPtr weight_copy) = 0;
 };
 
-// The plain-loop backend (any T; double is used by gradient checks).
-template <typename T>
-std::unique_ptr<KernelsT<T>> make_reference_kernels();
-
-// The fast CPU backend. threads <= 0: one thread per core (OMP_NUM_THREADS if set).
-std::unique_ptr<KernelsT<float>> make_cpu_kernels(int threads = 0);
+// The reference kernels (plain loops: f64, f32, and bf16 as float math rounded at each store) and
+// the fast CPU kernels (f32; threads <= 0: cpu_threads(0); cpu_kernels.h picks the SIMD path).
+std::unique_ptr<Kernels> make_reference_kernels();
+std::unique_ptr<Kernels> make_cpu_kernels(int threads = 0);
 
 }  // namespace hp

@@ -1,10 +1,11 @@
-// The model's parts: forward, backward-for-inputs and backward-for-weights of embed, pre, attn,
-// post and head, driven one compute op at a time (see model.h).
+// The op runner (see model.h): one compute op at a time over the parts of parts.h, with the value
+// store, the workspace, recomputation and the head's loss; and the single-process step.
 #include "model/model.h"
 
 #include <algorithm>
-#include <type_traits>
+#include <array>
 
+#include "model/parts.h"
 #include "util/error.h"
 
 namespace hp {
@@ -44,274 +45,197 @@ std::vector<PartContext> local_contexts(const ComputeOp& op, Recompute policy,
 }
 
 // ---- The op runner ------------------------------------------------------------------------------
-// Shapes: Tn = batch*seq tokens of the micro-batch, h hidden, kv = h_kv, q = h + 2kv, f = ffn,
-// V = vocab. Every matrix is token-major (one row per token).
-template <typename T>
-struct ModelT<T>::Impl {
+// Maps each part of a compute op to its functions in parts.h: takes the inputs from the store (or
+// the workspace), creates the outputs there, and decides what is kept, recomputed or shipped.
+
+namespace {
+
+// Grow-only backend buffers for the temporaries of the parts, one per use.
+enum class Ws : uint8_t { kQkvr, kDqkv, kG, kU, kH, kDh, kDg, kDu, kDz, kZf, kLogits, kDzf, kRstd,
+                          kDw, kLoss, kCount };
+
+class Workspace {
+ public:
+  explicit Workspace(Backend& be) : be_(be) {}
+  DataPtr get(Ws slot, DType t, int64_t elems) {
+    Buffer& b = bufs_[static_cast<size_t>(slot)];
+    if (b.dtype() != t || b.elems() < elems) b = Buffer(be_, t, std::max(elems, b.elems()));
+    return b.ptr();
+  }
+  int64_t bytes() const {
+    int64_t n = 0;
+    for (const Buffer& b : bufs_) n += b.bytes();
+    return n;
+  }
+
+ private:
+  Backend& be_;
+  std::array<Buffer, static_cast<size_t>(Ws::kCount)> bufs_;
+};
+
+}  // namespace
+
+struct Model::Impl {
   const ModelConfig& cfg;
-  KernelsT<T>& k;
-  ParamsT<T>& P;
+  Params& P;
+  Backend& be;
+  const Precision prec;
   const ModelOptions& opt;
   const int L;
-  const int64_t h, kv, q, f, V, heads, kv_heads, hd;
+  Workspace ws;
 
   // State of the op being run.
-  ValueStoreT<T>* st = nullptr;
+  ValueStore* st = nullptr;
   const Batch* batch = nullptr;
   int mb = 0;
-  int64_t Tn = 0;
+  PartDims d;
   std::vector<Value> consumed, created;
 
-  // Workspace (grows to the largest op, then stays).
-  std::vector<T> w_qkv, w_dqkv, w_g, w_u, w_h, w_dh, w_dg, w_du, w_dz, w_zf, w_logits, w_dzf,
-      w_rstd, w_dw;
-  std::vector<float> w_lse;
-  T* logits_out = nullptr;
+  // The head F ops' losses: one f64 per op in backend memory, and the ops' loss scales.
+  Buffer loss_sums;
+  std::vector<double> loss_scales;
+  DataPtr logits_out;
   bool last_only = false;
+  std::vector<char> logits_host;  // staging for logits whose type differs from the sink's
 
-  Impl(const ModelConfig& c, KernelsT<T>& kk, ParamsT<T>& p, const ModelOptions& o)
-      : cfg(c), k(kk), P(p), opt(o), L(static_cast<int>(c.layers)), h(c.hidden), kv(c.kv_dim()),
-        q(c.qkv_dim()), f(c.intermediate), V(c.vocab), heads(c.heads), kv_heads(c.kv_heads),
-        hd(c.head_dim()) {}
-
-  static T* grow(std::vector<T>& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-    return v.data();
-  }
-  float* grow_f(int64_t n) {
-    if (static_cast<int64_t>(w_lse.size()) < n) w_lse.resize(static_cast<size_t>(n));
-    return w_lse.data();
-  }
-  int64_t ws_bytes() const {
-    int64_t n = 0;
-    for (const auto* v : {&w_qkv, &w_dqkv, &w_g, &w_u, &w_h, &w_dh, &w_dg, &w_du, &w_dz, &w_zf,
-                          &w_logits, &w_dzf, &w_rstd, &w_dw})
-      n += static_cast<int64_t>(v->capacity() * sizeof(T));
-    return n + static_cast<int64_t>(w_lse.capacity() * sizeof(float));
-  }
+  Impl(const ModelConfig& c, Params& p, const ModelOptions& o)
+      : cfg(c), P(p), be(p.backend()), prec(p.precision()), opt(o),
+        L(static_cast<int>(c.layers)), ws(p.backend()) {}
 
   // Store access for the running op.
-  T* in(Value v) { return st->get(v, mb); }
-  T* maybe(Value v) { return st->find(v, mb); }
-  T* out(Value v) {
-    if (T* p = st->find(v, mb)) return p;  // recomputation rewrites a stashed value (same bits)
+  DataPtr in(Value v) { return st->get(v, mb); }
+  DataPtr maybe(Value v) { return st->find(v, mb); }
+  DataPtr out(Value v) {
+    if (DataPtr p = st->find(v, mb)) return p;  // recomputation rewrites a stashed value (same bits)
     created.push_back(v);
-    return st->create(v, mb, value_elems(v, cfg, Tn));
+    return st->create(v, mb, value_elems(v, cfg, d.tokens));
   }
   static Value val(ValueKind kind, int l = 0) { return Value{kind, l}; }
-  int64_t mlp_chunk() const { return opt.mlp_chunk > 0 ? std::min(opt.mlp_chunk, Tn) : Tn; }
-  int64_t head_chunk() const { return opt.head_chunk > 0 ? std::min(opt.head_chunk, Tn) : Tn; }
-  static void copy(T* dst, const T* src, int64_t n) { std::copy(src, src + n, dst); }
+  DataPtr work(Ws slot, int64_t elems) { return ws.get(slot, prec.compute, elems); }
 
-  // The kernels take the log-sum-exps as float; a double model keeps them as double values.
-  float* lse_for_kernel(T* lse_value, int64_t n) {
-    if constexpr (std::is_same_v<T, float>) {
-      return lse_value;
-    } else {
-      float* w = grow_f(n);
-      for (int64_t i = 0; i < n; ++i) w[i] = static_cast<float>(lse_value[i]);
-      return w;
-    }
+  PreWeights pre_weights(int l) const { return {P.at(Slot::kNorm1, l), P.at(Slot::kWqkv, l)}; }
+  PostWeights post_weights(int l) const {
+    return {P.at(Slot::kWo, l), P.at(Slot::kNorm2, l), P.at(Slot::kGate, l), P.at(Slot::kUp, l),
+            P.at(Slot::kDown, l)};
   }
-  void lse_back(T* lse_value, const float* w, int64_t n) {
-    if constexpr (!std::is_same_v<T, float>) {
-      for (int64_t i = 0; i < n; ++i) lse_value[i] = static_cast<T>(w[i]);
-    }
+  PostGrads post_grads(int l) const {
+    return {P.grad_at(Slot::kWo, l), P.grad_at(Slot::kNorm2, l), P.grad_at(Slot::kGate, l),
+            P.grad_at(Slot::kUp, l), P.grad_at(Slot::kDown, l)};
   }
+  HeadWeights head_weights() const { return {P.at(Slot::kFinalNorm), P.at(Slot::kLmHead)}; }
+  PostWorkspace post_ws() {
+    const int64_t cf = d.mlp_chunk * d.ffn;
+    return {work(Ws::kG, cf), work(Ws::kU, cf), work(Ws::kH, cf), work(Ws::kDh, cf),
+            work(Ws::kDg, cf), work(Ws::kDu, cf), work(Ws::kDz, d.tokens * d.hidden)};
+  }
+  DataPtr dw_ws() { return ws.get(Ws::kDw, prec.master, d.qkv * d.hidden); }
 
-  AttnShape attn_shape() const {
-    AttnShape s;
-    s.batch = batch->batch;
-    s.seq = batch->seq;
-    s.heads = heads;
-    s.kv_heads = kv_heads;
-    s.head_dim = hd;
-    s.ld_qkv = q;
-    s.ld_o = h;
-    return s;
-  }
-  void rope(T* qkv, bool inverse) {
-    k.rope(qkv, Tn, q, batch->seq, heads, hd, cfg.rope_theta, inverse);
-    k.rope(qkv + h, Tn, q, batch->seq, kv_heads, hd, cfg.rope_theta, inverse);
-  }
   // W_qkv (q, h) as attention of layer l sees it: the received W:l or this stage's parameter.
-  T* wqkv_for_attn(int l, const PartContext& c) {
+  ConstDataPtr wqkv_for_attn(int l, const PartContext& c) {
     if (c.transfer == TransferMode::kWeights && c.attn_remote) return in(val(ValueKind::kW, l));
     return P.at(Slot::kWqkv, l);
   }
-  // Adds one micro-batch's dW_qkv = dQKV^T A (q, h) to the gradient, through a workspace so the
-  // sum is bitwise the same whether it is formed here or on another stage and shipped (dW:l).
-  void add_dwqkv(int l, const T* dqkv, const T* a) {
-    T* dw = grow(w_dw, q * h);
-    k.gemm(true, false, q, h, Tn, T(1), dqkv, q, a, h, T(0), dw, h);
-    k.axpy(P.grad_at(Slot::kWqkv, l), dw, T(1), q * h);
+  // QKVr of layer l into `qkvr`: from QKV:l (activations mode) or A:l and W_qkv (weights mode).
+  void make_qkvr(int l, const PartContext& c, DataPtr qkvr) {
+    if (c.transfer == TransferMode::kActivations) {
+      attn_qkv(be, d, {}, {}, in(val(ValueKind::kQKV, l)), qkvr);
+    } else {
+      attn_qkv(be, d, in(val(ValueKind::kA, l)), wqkv_for_attn(l, c), {}, qkvr);
+    }
   }
 
   // ---- forward of each part ----
-  // embed: X:1 (Tn, h) = table[tokens]
-  void embed_fwd() {
-    HP_CHECK(batch->tokens, "Model: embed needs the micro-batch's tokens (Batch::tokens is null)");
-    for (int64_t t = 0; t < Tn; ++t)
-      HP_CHECK(batch->tokens[t] >= 0 && batch->tokens[t] < V,
-               "Model: token {} at position {} is outside the vocabulary [0, {})", batch->tokens[t],
-               t, V);
-    k.embedding_forward(out(val(ValueKind::kX, 1)), batch->tokens, P.at(Slot::kEmbed), Tn, h);
-  }
-
-  // pre:l: A:l (Tn, h) = RMSNorm1(X:l), rstd1:l (Tn); activations mode: QKV:l (Tn, q) = A W^T;
-  // weights mode with attention remote: W:l (q, h) = a copy of W_qkv to ship.
   void pre_fwd(int l, const PartContext& c) {
-    const T* x = in(val(ValueKind::kX, l));
-    T* a = out(val(ValueKind::kA, l));
-    k.rmsnorm_forward(a, out(val(ValueKind::kRstd1, l)), x, P.at(Slot::kNorm1, l), Tn, h,
-                      cfg.rms_eps);
-    if (c.transfer == TransferMode::kActivations) {
-      k.gemm(false, true, Tn, q, h, T(1), a, h, P.at(Slot::kWqkv, l), h, T(0),
-             out(val(ValueKind::kQKV, l)), q);
-    } else if (c.attn_remote) {
-      copy(out(val(ValueKind::kW, l)), P.at(Slot::kWqkv, l), q * h);
-    }
+    const bool acts = c.transfer == TransferMode::kActivations;
+    pre_forward(be, d, pre_weights(l), in(val(ValueKind::kX, l)), out(val(ValueKind::kA, l)),
+                out(val(ValueKind::kRstd1, l)), acts ? out(val(ValueKind::kQKV, l)) : DataPtr(),
+                !acts && c.attn_remote ? out(val(ValueKind::kW, l)) : DataPtr());
   }
 
-  // attn:l: QKVr (Tn, q) = rotary(A W^T) (or rotary(QKV) in activations mode), O:l (Tn, h) and
-  // lse:l (heads, Tn) from causal attention. QKVr is a value only when it is stashed (policy
-  // none) or recomputed for this op's backward; otherwise it lives in the workspace.
+  // QKVr is a value only when it is stashed (policy none) or recomputed for this op's backward;
+  // otherwise it lives in the workspace.
   void attn_fwd(int l, const PartContext& c, bool recompute) {
     const bool keep_qkvr = c.policy == Recompute::kNone || recompute;
-    T* qkvr = keep_qkvr ? out(val(ValueKind::kQKVr, l)) : grow(w_qkv, Tn * q);
+    const DataPtr qkvr =
+        keep_qkvr ? out(val(ValueKind::kQKVr, l)) : work(Ws::kQkvr, d.tokens * d.qkv);
     make_qkvr(l, c, qkvr);
-    T* o = out(val(ValueKind::kO, l));
-    T* lse = out(val(ValueKind::kLse, l));
-    float* lse_k = lse_for_kernel(lse, heads * Tn);
-    k.attention_forward(attn_shape(), qkvr, qkvr + h, qkvr + h + kv, o, lse_k);
-    lse_back(lse, lse_k, heads * Tn);
-  }
-  void make_qkvr(int l, const PartContext& c, T* qkvr) {
-    if (c.transfer == TransferMode::kActivations) {
-      copy(qkvr, in(val(ValueKind::kQKV, l)), Tn * q);
-    } else {
-      k.gemm(false, true, Tn, q, h, T(1), in(val(ValueKind::kA, l)), h, wqkv_for_attn(l, c), h,
-             T(0), qkvr, q);
-    }
-    rope(qkvr, false);
+    attn_forward(be, d, qkvr, out(val(ValueKind::kO, l)), out(val(ValueKind::kLse, l)));
   }
 
-  // post:l: Y:l = O W_o^T + X:l; Z:l = RMSNorm2(Y), rstd2:l; per chunk of rows
-  // G = Z W_gate^T, U = Z W_up^T (chunk, f), H = silu(G) * U, X:l+1 = Y + H W_down^T.
   // G:l and U:l are full values when stashed (policy none) and, with `keep_gu`, in a
   // recomputation for the op's own backward, which then reads them instead of multiplying them
   // out a second time (transient: released when the op ends; the caller asks it for one post per
   // op, so the extra memory is one layer's G and U). A recomputation whose X:l+1 no later
   // recomputed part reads (`need_output` false) stops after G and U.
   void post_fwd(int l, const PartContext& c, bool recompute, bool need_output, bool keep_gu) {
-    const T* x = in(val(ValueKind::kX, l));
-    const T* o = in(val(ValueKind::kO, l));
-    T* y = out(val(ValueKind::kY, l));
-    T* rstd2 = out(val(ValueKind::kRstd2, l));
-    T* z = out(val(ValueKind::kZ, l));
-    T* xo = need_output ? out(val(ValueKind::kX, l + 1)) : nullptr;
-    copy(y, x, Tn * h);
-    k.gemm(false, true, Tn, h, h, T(1), o, h, P.at(Slot::kWo, l), h, T(1), y, h);
-    k.rmsnorm_forward(z, rstd2, y, P.at(Slot::kNorm2, l), Tn, h, cfg.rms_eps);
+    PostForward t;
+    t.x = in(val(ValueKind::kX, l));
+    t.o = in(val(ValueKind::kO, l));
+    t.y = out(val(ValueKind::kY, l));
+    t.rstd2 = out(val(ValueKind::kRstd2, l));
+    t.z = out(val(ValueKind::kZ, l));
+    if (need_output) t.xo = out(val(ValueKind::kX, l + 1));
     const bool full = c.policy == Recompute::kNone || (recompute && (keep_gu || !need_output));
-    T* g = full ? out(val(ValueKind::kG, l)) : nullptr;
-    T* u = full ? out(val(ValueKind::kU, l)) : nullptr;
-    const int64_t C = mlp_chunk();
-    for (int64_t c0 = 0; c0 < Tn; c0 += C) {
-      const int64_t n = std::min(C, Tn - c0);
-      T* gc = full ? g + c0 * f : grow(w_g, C * f);
-      T* uc = full ? u + c0 * f : grow(w_u, C * f);
-      T* hc = grow(w_h, C * f);
-      k.gemm(false, true, n, f, h, T(1), z + c0 * h, h, P.at(Slot::kGate, l), h, T(0), gc, f);
-      k.gemm(false, true, n, f, h, T(1), z + c0 * h, h, P.at(Slot::kUp, l), h, T(0), uc, f);
-      if (!xo) continue;
-      k.swiglu_forward(hc, gc, uc, n * f);
-      copy(xo + c0 * h, y + c0 * h, n * h);
-      k.gemm(false, true, n, h, f, T(1), hc, f, P.at(Slot::kDown, l), f, T(1), xo + c0 * h, h);
+    if (full) {
+      t.g = out(val(ValueKind::kG, l));
+      t.u = out(val(ValueKind::kU, l));
     }
+    post_forward(be, d, post_weights(l), t, post_ws());
   }
 
-  // head: Zf = RMSNorm_f(X:L+1) (workspace), rstdf, logits per chunk (chunk, V), lsece (Tn).
-  // Returns the sum of the token losses (0 without targets).
-  double head_fwd() {
-    const T* x = in(val(ValueKind::kX, L + 1));
-    T* zf = grow(w_zf, Tn * h);
-    k.rmsnorm_forward(zf, out(val(ValueKind::kRstdF)), x, P.at(Slot::kFinalNorm), Tn, h,
-                      cfg.rms_eps);
-    T* lsece = batch->targets ? out(val(ValueKind::kLseCE)) : nullptr;
-    float* lse_k = batch->targets ? lse_for_kernel(lsece, Tn) : nullptr;
-    const int64_t C = head_chunk();
-    double sum = 0;
-    for (int64_t c0 = 0; c0 < Tn; c0 += C) {
-      const int64_t n = std::min(C, Tn - c0);
-      T* logits = grow(w_logits, C * V);
-      k.gemm(false, true, n, V, h, T(1), zf + c0 * h, h, P.at(Slot::kLmHead), h, T(0), logits, V);
-      if (logits_out) copy_logits(logits, c0, n);
-      if (batch->targets)
-        sum += k.cross_entropy_forward(logits, V, batch->targets + c0, n, V, lse_k + c0);
-    }
-    if (batch->targets) lse_back(lsece, lse_k, Tn);
-    return sum;
+  // A recomputation (an op's backward) writes lsece again but its loss goes to a scratch slot:
+  // only the F op's counts.
+  void head_fwd(bool recompute) {
+    const int64_t T = d.tokens;
+    DataPtr loss;
+    if (batch->targets) loss = recompute ? ws.get(Ws::kLoss, DType::kF64, 1) : next_loss_slot();
+    head_forward(be, d, head_weights(), in(val(ValueKind::kX, L + 1)), out(val(ValueKind::kRstdF)),
+                 work(Ws::kZf, T * d.hidden), batch->targets,
+                 batch->targets ? out(val(ValueKind::kLseCE)) : DataPtr(), loss,
+                 work(Ws::kLogits, d.head_chunk * d.vocab),
+                 logits_out ? LogitsSink([this](ConstDataPtr lg, int64_t r0, int64_t n) {
+                   sink_logits(lg, r0, n);
+                 })
+                            : LogitsSink());
   }
-  void copy_logits(const T* logits, int64_t c0, int64_t n) {
-    for (int64_t r = 0; r < n; ++r) {
-      const int64_t t = c0 + r;
-      if (!last_only) {
-        copy(logits_out + t * V, logits + r * V, V);
-      } else if ((t + 1) % batch->seq == 0) {
-        copy(logits_out + (t / batch->seq) * V, logits + r * V, V);
-      }
-    }
-  }
+  DataPtr next_loss_slot();
+  void sink_logits(ConstDataPtr logits, int64_t row0, int64_t rows);
 
   // Recomputation hints (post only): `need_output` false when no later recomputed part of the op
   // reads the output; `keep_gu` to keep G and U for the op's backward (see post_fwd).
-  double forward(const Part& p, const PartContext& c, bool recompute, bool need_output = true,
-                 bool keep_gu = false) {
+  void forward(const Part& p, const PartContext& c, bool recompute, bool need_output = true,
+               bool keep_gu = false) {
     switch (p.kind) {
-      case PartKind::kEmbed: embed_fwd(); return 0;
-      case PartKind::kPre: pre_fwd(p.layer, c); return 0;
-      case PartKind::kAttn: attn_fwd(p.layer, c, recompute); return 0;
-      case PartKind::kPost: post_fwd(p.layer, c, recompute, need_output, keep_gu); return 0;
-      case PartKind::kHead: return head_fwd();
+      case PartKind::kEmbed:
+        HP_CHECK(batch->tokens, "Model: embed needs the micro-batch's tokens (Batch::tokens is null)");
+        embed_forward(be, d, batch->tokens, P.at(Slot::kEmbed), out(val(ValueKind::kX, 1)));
+        return;
+      case PartKind::kPre: pre_fwd(p.layer, c); return;
+      case PartKind::kAttn: attn_fwd(p.layer, c, recompute); return;
+      case PartKind::kPost: post_fwd(p.layer, c, recompute, need_output, keep_gu); return;
+      case PartKind::kHead: head_fwd(recompute); return;
     }
-    return 0;
   }
 
   // ---- backward of each part (split: I only, weight work left to W through the weight stash) ----
-  void embed_bwd(bool split) {
-    if (!split) embed_w();
-  }
-  void embed_w() {
-    k.embedding_backward(P.grad_at(Slot::kEmbed), batch->tokens, in(val(ValueKind::kdX, 1)), Tn, h);
-  }
-
-  // pre:l: dA = dQKV W (activations) or received dA:l; dX:l = dR:l + RMSNorm1'(dA); dgain1 +=.
   void pre_bwd(int l, const PartContext& c, bool split) {
-    const T* da = nullptr;
-    if (c.transfer == TransferMode::kActivations) {
-      const T* dqkv = in(val(ValueKind::kdQKV, l));
-      T* w = grow(w_dz, Tn * h);
-      k.gemm(false, false, Tn, h, q, T(1), dqkv, q, P.at(Slot::kWqkv, l), h, T(0), w, h);
-      da = w;
-      if (!split) pre_w(l, c);
-    } else {
-      da = in(val(ValueKind::kdA, l));
-      if (c.attn_remote)  // a micro-batch's dW_qkv shipped back by the attention stage
-        k.axpy(P.grad_at(Slot::kWqkv, l), in(val(ValueKind::kdW, l)), T(1), q * h);
-    }
-    T* dx = out(val(ValueKind::kdX, l));
-    copy(dx, in(val(ValueKind::kdR, l)), Tn * h);
-    k.rmsnorm_backward(dx, P.grad_at(Slot::kNorm1, l), da, in(val(ValueKind::kX, l)),
-                       P.at(Slot::kNorm1, l), in(val(ValueKind::kRstd1, l)), Tn, h, true);
+    const bool acts = c.transfer == TransferMode::kActivations;
+    if (!acts && c.attn_remote)  // a micro-batch's dW_qkv shipped back by the attention stage
+      add_wqkv_grad(be, d, in(val(ValueKind::kdW, l)), P.grad_at(Slot::kWqkv, l));
+    if (acts && !split) pre_w(l, c);
+    pre_backward_input(be, d, pre_weights(l), in(val(ValueKind::kX, l)),
+                       in(val(ValueKind::kRstd1, l)), acts ? DataPtr() : in(val(ValueKind::kdA, l)),
+                       acts ? in(val(ValueKind::kdQKV, l)) : DataPtr(),
+                       work(Ws::kDz, d.tokens * d.hidden), in(val(ValueKind::kdR, l)),
+                       out(val(ValueKind::kdX, l)), P.grad_at(Slot::kNorm1, l));
   }
   void pre_w(int l, const PartContext& c) {
     if (c.transfer == TransferMode::kActivations)
-      add_dwqkv(l, in(val(ValueKind::kdQKV, l)), in(val(ValueKind::kA, l)));
+      wqkv_backward_weight(be, d, in(val(ValueKind::kdQKV, l)), in(val(ValueKind::kA, l)),
+                           P.grad_at(Slot::kWqkv, l), dw_ws());
   }
 
-  // attn:l: dQKVr from attention backward (dO:l, O, lse), dQKV = inverse rotary; activations
-  // mode hands dQKV:l back; weights mode forms dA:l = dQKV W and dW_qkv = dQKV^T A (added to the
+  // Activations mode hands dQKV:l back; weights mode forms dA:l and dW_qkv (added to the
   // gradient when W_qkv is local, shipped as dW:l when remote).
   void attn_bwd(int l, const PartContext& c, bool split) {
     const bool weights = c.transfer == TransferMode::kWeights;
@@ -319,144 +243,86 @@ struct ModelT<T>::Impl {
              "Model: a split backward (I/W) of attn:{} away from pre:{} in weights mode is not "
              "supported (dW:{} would have no op to travel with); use B ops or activations mode",
              l, l, l);
-    T* qkvr = maybe(val(ValueKind::kQKVr, l));
+    DataPtr qkvr = maybe(val(ValueKind::kQKVr, l));
     if (!qkvr) {  // recomputation without attention: rebuild QKV + rotary, never the attention
-      qkvr = grow(w_qkv, Tn * q);
+      qkvr = work(Ws::kQkvr, d.tokens * d.qkv);
       make_qkvr(l, c, qkvr);
     }
-    T* lse = in(val(ValueKind::kLse, l));
-    float* lse_k = lse_for_kernel(lse, heads * Tn);
-    T* dqkv = (weights && split) ? out(val(ValueKind::kdQKV, l))
-              : weights          ? grow(w_dqkv, Tn * q)
-                                 : out(val(ValueKind::kdQKV, l));
-    k.attention_backward(attn_shape(), qkvr, qkvr + h, qkvr + h + kv, in(val(ValueKind::kO, l)),
-                         in(val(ValueKind::kdO, l)), lse_k, dqkv, dqkv + h, dqkv + h + kv);
-    rope(dqkv, true);
+    const DataPtr dqkv = (weights && !split) ? work(Ws::kDqkv, d.tokens * d.qkv)
+                                             : out(val(ValueKind::kdQKV, l));
+    attn_backward_input(be, d, qkvr, in(val(ValueKind::kO, l)), in(val(ValueKind::kdO, l)),
+                        in(val(ValueKind::kLse, l)), dqkv,
+                        weights ? wqkv_for_attn(l, c) : ConstDataPtr(),
+                        weights ? out(val(ValueKind::kdA, l)) : DataPtr());
     if (!weights) return;
-    const T* w = wqkv_for_attn(l, c);
-    k.gemm(false, false, Tn, h, q, T(1), dqkv, q, w, h, T(0), out(val(ValueKind::kdA, l)), h);
-    const T* a = in(val(ValueKind::kA, l));
+    const DataPtr a = in(val(ValueKind::kA, l));
     if (c.attn_remote) {
-      k.gemm(true, false, q, h, Tn, T(1), dqkv, q, a, h, T(0), out(val(ValueKind::kdW, l)), h);
+      wqkv_grad(be, d, dqkv, a, out(val(ValueKind::kdW, l)));
     } else if (!split) {
-      add_dwqkv(l, dqkv, a);
+      wqkv_backward_weight(be, d, dqkv, a, P.grad_at(Slot::kWqkv, l), dw_ws());
     }
   }
   void attn_w(int l, const PartContext& c) {
     if (c.transfer == TransferMode::kWeights)
-      add_dwqkv(l, in(val(ValueKind::kdQKV, l)), in(val(ValueKind::kA, l)));
+      wqkv_backward_weight(be, d, in(val(ValueKind::kdQKV, l)), in(val(ValueKind::kA, l)),
+                           P.grad_at(Slot::kWqkv, l), dw_ws());
   }
 
-  // post:l, per chunk of rows: H = silu(G) U (G, U stashed or recomputed from Z), dH = dX' W_down,
-  // dG, dU = SwiGLU'(dH), dZ = dG W_gate + dU W_up; then dR:l = dY = dX' + RMSNorm2'(dZ),
-  // dO:l = dY W_o. Weight gradients per chunk (dW_down += dX'^T H, dW_gate += dG^T Z,
-  // dW_up += dU^T Z), then dW_o += dY^T O. With split, dG, dU, H are kept whole for W instead.
+  // With split, H, dG and dU are kept whole for W instead of forming the weight gradients.
   void post_bwd(int l, bool split) {
-    const T* dxo = in(val(ValueKind::kdX, l + 1));
-    const T* y = in(val(ValueKind::kY, l));
-    const T* z = in(val(ValueKind::kZ, l));
-    const T* g = maybe(val(ValueKind::kG, l));
-    const T* u = maybe(val(ValueKind::kU, l));
-    T* hs = split ? out(val(ValueKind::kH, l)) : nullptr;
-    T* dgs = split ? out(val(ValueKind::kdG, l)) : nullptr;
-    T* dus = split ? out(val(ValueKind::kdU, l)) : nullptr;
-    T* dz = grow(w_dz, Tn * h);
-    const int64_t C = mlp_chunk();
-    for (int64_t c0 = 0; c0 < Tn; c0 += C) {
-      const int64_t n = std::min(C, Tn - c0);
-      const T* zc = z + c0 * h;
-      const T* gc = g ? g + c0 * f : nullptr;
-      const T* uc = u ? u + c0 * f : nullptr;
-      if (!gc) {
-        T* wg = grow(w_g, C * f);
-        k.gemm(false, true, n, f, h, T(1), zc, h, P.at(Slot::kGate, l), h, T(0), wg, f);
-        gc = wg;
-      }
-      if (!uc) {
-        T* wu = grow(w_u, C * f);
-        k.gemm(false, true, n, f, h, T(1), zc, h, P.at(Slot::kUp, l), h, T(0), wu, f);
-        uc = wu;
-      }
-      T* hc = split ? hs + c0 * f : grow(w_h, C * f);
-      k.swiglu_forward(hc, gc, uc, n * f);
-      T* dh = grow(w_dh, C * f);
-      k.gemm(false, false, n, f, h, T(1), dxo + c0 * h, h, P.at(Slot::kDown, l), f, T(0), dh, f);
-      T* dgc = split ? dgs + c0 * f : grow(w_dg, C * f);
-      T* duc = split ? dus + c0 * f : grow(w_du, C * f);
-      k.swiglu_backward(dgc, duc, dh, gc, uc, n * f);
-      k.gemm(false, false, n, h, f, T(1), dgc, f, P.at(Slot::kGate, l), h, T(0), dz + c0 * h, h);
-      k.gemm(false, false, n, h, f, T(1), duc, f, P.at(Slot::kUp, l), h, T(1), dz + c0 * h, h);
-      if (!split) post_w_chunk(l, c0, n, dxo, hc, dgc, duc, zc);
+    PostBackward t;
+    t.dxo = in(val(ValueKind::kdX, l + 1));
+    t.y = in(val(ValueKind::kY, l));
+    t.z = in(val(ValueKind::kZ, l));
+    t.rstd2 = in(val(ValueKind::kRstd2, l));
+    t.g = maybe(val(ValueKind::kG, l));
+    t.u = maybe(val(ValueKind::kU, l));
+    t.o = in(val(ValueKind::kO, l));
+    if (split) {
+      t.h = out(val(ValueKind::kH, l));
+      t.dg = out(val(ValueKind::kdG, l));
+      t.du = out(val(ValueKind::kdU, l));
     }
-    T* dr = out(val(ValueKind::kdR, l));
-    copy(dr, dxo, Tn * h);
-    k.rmsnorm_backward(dr, P.grad_at(Slot::kNorm2, l), dz, y, P.at(Slot::kNorm2, l),
-                       in(val(ValueKind::kRstd2, l)), Tn, h, true);
-    k.gemm(false, false, Tn, h, h, T(1), dr, h, P.at(Slot::kWo, l), h, T(0),
-           out(val(ValueKind::kdO, l)), h);
-    if (!split) post_w_o(l, dr);
-  }
-  void post_w_chunk(int l, int64_t c0, int64_t n, const T* dxo, const T* hc, const T* dgc,
-                    const T* duc, const T* zc) {
-    k.gemm(true, false, h, f, n, T(1), dxo + c0 * h, h, hc, f, T(1), P.grad_at(Slot::kDown, l), f);
-    k.gemm(true, false, f, h, n, T(1), dgc, f, zc, h, T(1), P.grad_at(Slot::kGate, l), h);
-    k.gemm(true, false, f, h, n, T(1), duc, f, zc, h, T(1), P.grad_at(Slot::kUp, l), h);
-  }
-  void post_w_o(int l, const T* dr) {
-    k.gemm(true, false, h, h, Tn, T(1), dr, h, in(val(ValueKind::kO, l)), h, T(1),
-           P.grad_at(Slot::kWo, l), h);
+    t.dr = out(val(ValueKind::kdR, l));
+    t.dout = out(val(ValueKind::kdO, l));
+    const PostGrads wg = post_grads(l);
+    post_backward_input(be, d, post_weights(l), wg.norm2, t, split ? nullptr : &wg, post_ws());
   }
   void post_w(int l) {
-    const T* dxo = in(val(ValueKind::kdX, l + 1));
-    const T* hs = in(val(ValueKind::kH, l));
-    const T* dgs = in(val(ValueKind::kdG, l));
-    const T* dus = in(val(ValueKind::kdU, l));
-    const T* z = in(val(ValueKind::kZ, l));
-    const int64_t C = mlp_chunk();  // the same chunks as B, so the sums match bitwise
-    for (int64_t c0 = 0; c0 < Tn; c0 += C) {
-      const int64_t n = std::min(C, Tn - c0);
-      post_w_chunk(l, c0, n, dxo, hs + c0 * f, dgs + c0 * f, dus + c0 * f, z + c0 * h);
-    }
-    post_w_o(l, in(val(ValueKind::kdR, l)));
+    PostBackward t;
+    t.dxo = in(val(ValueKind::kdX, l + 1));
+    t.h = in(val(ValueKind::kH, l));
+    t.dg = in(val(ValueKind::kdG, l));
+    t.du = in(val(ValueKind::kdU, l));
+    t.z = in(val(ValueKind::kZ, l));
+    t.dr = in(val(ValueKind::kdR, l));
+    t.o = in(val(ValueKind::kO, l));
+    post_backward_weight(be, d, t, post_grads(l));
   }
 
-  // head: Zf recomputed from X:L+1; per chunk logits again, dlogits = (softmax - onehot) *
-  // loss_scale, dZf = dlogits W_lm, dW_lm += dlogits^T Zf; dX:L+1 = RMSNorm_f'(dZf).
   void head_bwd(bool split) {
     HP_CHECK(batch->targets, "Model: the head's backward needs targets (Batch::targets is null)");
-    const T* x = in(val(ValueKind::kX, L + 1));
-    T* zf = split ? out(val(ValueKind::kZf)) : grow(w_zf, Tn * h);
-    k.rmsnorm_forward(zf, grow(w_rstd, Tn), x, P.at(Slot::kFinalNorm), Tn, h, cfg.rms_eps);
-    T* dl_all = split ? out(val(ValueKind::kdLogits)) : nullptr;
-    float* lse_k = lse_for_kernel(in(val(ValueKind::kLseCE)), Tn);
-    T* dzf = grow(w_dzf, Tn * h);
-    const int64_t C = head_chunk();
-    const T scale = static_cast<T>(batch->loss_scale);
-    for (int64_t c0 = 0; c0 < Tn; c0 += C) {
-      const int64_t n = std::min(C, Tn - c0);
-      T* dl = split ? dl_all + c0 * V : grow(w_logits, C * V);
-      k.gemm(false, true, n, V, h, T(1), zf + c0 * h, h, P.at(Slot::kLmHead), h, T(0), dl, V);
-      k.cross_entropy_backward(dl, dl, V, lse_k + c0, batch->targets + c0, n, V, scale);
-      k.gemm(false, false, n, h, V, T(1), dl, V, P.at(Slot::kLmHead), h, T(0), dzf + c0 * h, h);
-      if (!split) head_w_chunk(dl, zf + c0 * h, n);
-    }
-    k.rmsnorm_backward(out(val(ValueKind::kdX, L + 1)), P.grad_at(Slot::kFinalNorm), dzf, x,
-                       P.at(Slot::kFinalNorm), in(val(ValueKind::kRstdF)), Tn, h, false);
-  }
-  void head_w_chunk(const T* dl, const T* zfc, int64_t n) {
-    k.gemm(true, false, V, h, n, T(1), dl, V, zfc, h, T(1), P.grad_at(Slot::kLmHead), h);
-  }
-  void head_w() {
-    const T* dl = in(val(ValueKind::kdLogits));
-    const T* zf = in(val(ValueKind::kZf));
-    const int64_t C = head_chunk();
-    for (int64_t c0 = 0; c0 < Tn; c0 += C)
-      head_w_chunk(dl + c0 * V, zf + c0 * h, std::min(C, Tn - c0));
+    const int64_t T = d.tokens;
+    HeadBackward t;
+    t.x = in(val(ValueKind::kX, L + 1));
+    t.rstdf = in(val(ValueKind::kRstdF));
+    t.lsece = in(val(ValueKind::kLseCE));
+    t.targets = batch->targets;
+    t.scale = batch->loss_scale;
+    t.zf = split ? out(val(ValueKind::kZf)) : work(Ws::kZf, T * d.hidden);
+    if (split) t.dlogits = out(val(ValueKind::kdLogits));
+    t.dx = out(val(ValueKind::kdX, L + 1));
+    HeadWorkspace w{work(Ws::kLogits, d.head_chunk * d.vocab),
+                    ws.get(Ws::kRstd, prec.stats(), T), work(Ws::kDzf, T * d.hidden)};
+    head_backward_input(be, d, head_weights(), P.grad_at(Slot::kFinalNorm), t,
+                        split ? DataPtr() : P.grad_at(Slot::kLmHead), w);
   }
 
   void backward(const Part& p, const PartContext& c, bool split) {
     switch (p.kind) {
-      case PartKind::kEmbed: embed_bwd(split); return;
+      case PartKind::kEmbed:
+        if (!split) weights(p, c);
+        return;
       case PartKind::kPre: pre_bwd(p.layer, c, split); return;
       case PartKind::kAttn: attn_bwd(p.layer, c, split); return;
       case PartKind::kPost: post_bwd(p.layer, split); return;
@@ -465,11 +331,17 @@ struct ModelT<T>::Impl {
   }
   void weights(const Part& p, const PartContext& c) {
     switch (p.kind) {
-      case PartKind::kEmbed: embed_w(); return;
+      case PartKind::kEmbed:
+        embed_backward_weight(be, d, batch->tokens, in(val(ValueKind::kdX, 1)),
+                              P.grad_at(Slot::kEmbed));
+        return;
       case PartKind::kPre: pre_w(p.layer, c); return;
       case PartKind::kAttn: attn_w(p.layer, c); return;
       case PartKind::kPost: post_w(p.layer); return;
-      case PartKind::kHead: head_w(); return;
+      case PartKind::kHead:
+        head_backward_weight(be, d, in(val(ValueKind::kdLogits)), in(val(ValueKind::kZf)),
+                             P.grad_at(Slot::kLmHead));
+        return;
     }
   }
 
@@ -517,32 +389,35 @@ struct ModelT<T>::Impl {
         if (!is_out(v) && st->is_live(v, mb)) st->release(v, mb);
   }
 
-  double run(const ComputeOp& op, const std::vector<PartContext>& ctx, ValueStoreT<T>& store,
-             const Batch& data) {
+  void run(const ComputeOp& op, const std::vector<PartContext>& ctx, ValueStore& store,
+           const Batch& data) {
     check_op(op, ctx);
     HP_CHECK(data.batch >= 1 && data.seq >= 1, "Model: bad micro-batch shape {} x {}", data.batch,
              data.seq);
+    HP_CHECK(&store.backend() == &be && store.precision() == prec,
+             "Model: the value store is on {} in {}, the model on {} in {}; give each stage one "
+             "backend and one precision",
+             store.backend().name(), store.precision().name(), be.name(), prec.name());
     st = &store;
     batch = &data;
     mb = op.mb;
-    Tn = data.batch * data.seq;
+    d = part_dims(cfg, data.batch, data.seq, opt.mlp_chunk, opt.head_chunk);
     consumed.clear();
     created.clear();
     const size_t n = op.parts.size();
-    double loss = 0;
     if (op.dir == Dir::kF) {
       require_live(forward_inputs(op.parts[0], ctx[0], L), op);
-      for (size_t i = 0; i < n; ++i) loss += forward(op.parts[i], ctx[i], false);
+      for (size_t i = 0; i < n; ++i) forward(op.parts[i], ctx[i], false);
       for (size_t i = 0; i < n; ++i)
         for (const Value& v : part_stash(op, i, ctx[i], L)) store.keep(v, mb);
       cleanup(forward_outputs(op.parts[n - 1], ctx[n - 1], L));
-      return loss * data.loss_scale;
+      return;
     }
     if (op.dir == Dir::kW) {
       for (size_t i = 0; i < n; ++i) weights(op.parts[i], ctx[i]);
       for (size_t i = 0; i < n; ++i)
         for (const Value& v : weight_stash(op.parts[i], ctx[i], L)) store.unkeep(v, mb);
-      return 0;
+      return;
     }
     // B or I: recompute what the policy dropped, in model order, then backpropagate.
     require_live(backward_inputs(op.parts[0], ctx[0], L), op);
@@ -563,8 +438,8 @@ struct ModelT<T>::Impl {
     {
       // I swaps F's stash for W's in one step: measure the peak after the swap, not during it.
       struct Defer {
-        ValueStoreT<T>& s;
-        explicit Defer(ValueStoreT<T>& x) : s(x) { s.defer_stash_peak(true); }
+        ValueStore& s;
+        explicit Defer(ValueStore& x) : s(x) { s.defer_stash_peak(true); }
         ~Defer() { s.defer_stash_peak(false); }
       } defer(store);
       if (split)
@@ -574,38 +449,111 @@ struct ModelT<T>::Impl {
         for (const Value& v : part_stash(op, i, ctx[i], L)) store.unkeep(v, mb);
     }
     cleanup(backward_outputs(op.parts[n - 1], ctx[n - 1], L));
-    return 0;
   }
 };
 
-template <typename T>
-ModelT<T>::ModelT(const ModelConfig& cfg, KernelsT<T>& kernels, ParamsT<T>& params, ModelOptions opt)
-    : cfg_(cfg), kernels_(kernels), params_(params), opt_(opt) {
+// A zeroed f64 in backend memory for the next head F op's loss (the buffer grows by doubling,
+// keeping the slots already written).
+DataPtr Model::Impl::next_loss_slot() {
+  const int64_t i = static_cast<int64_t>(loss_scales.size());
+  if (i >= loss_sums.elems()) {
+    Buffer bigger(be, DType::kF64, std::max<int64_t>(8, 2 * loss_sums.elems()));
+    if (i > 0) be.copy(bigger.data(), loss_sums.data(), i * dtype_bytes(DType::kF64));
+    loss_sums = std::move(bigger);
+  }
+  loss_scales.push_back(batch->loss_scale);
+  const DataPtr slot = loss_sums.ptr().at(i);
+  be.zero(slot.data, dtype_bytes(DType::kF64));
+  return slot;
+}
+
+// Rows of a chunk of logits into the host sink: all of them (one download), or with last_only the
+// last position of each sequence. Downloaded as they are, converted on the host when the sink's
+// type differs.
+void Model::Impl::sink_logits(ConstDataPtr logits, int64_t row0, int64_t rows) {
+  const int64_t V = d.vocab, esize = dtype_bytes(logits.dtype);
+  auto emit = [&](int64_t src_row, int64_t dst_row, int64_t n) {
+    const DataPtr dst = logits_out.at(dst_row * V);
+    const int64_t bytes = n * V * esize;
+    if (dst.dtype == logits.dtype) {
+      be.download(dst.data, logits.at(src_row * V).data, bytes);
+      return;
+    }
+    logits_host.resize(static_cast<size_t>(bytes));
+    be.download(logits_host.data(), logits.at(src_row * V).data, bytes);
+    const char* src = logits_host.data();
+    for (int64_t i = 0; i < n * V; ++i) {
+      double x = 0;
+      if (logits.dtype == DType::kBF16) {
+        x = to_float(reinterpret_cast<const bf16*>(src)[i]);
+      } else if (logits.dtype == DType::kF32) {
+        x = reinterpret_cast<const float*>(src)[i];
+      } else {
+        x = reinterpret_cast<const double*>(src)[i];
+      }
+      if (dst.dtype == DType::kF64) {
+        static_cast<double*>(dst.data)[i] = x;
+      } else {
+        static_cast<float*>(dst.data)[i] = static_cast<float>(x);
+      }
+    }
+  };
+  if (!last_only) {
+    emit(0, row0, rows);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    if ((row0 + r + 1) % d.seq == 0) emit(r, (row0 + r) / d.seq, 1);
+}
+
+Model::Model(Params& params, ModelOptions opt)
+    : cfg_(params.config()), params_(params), opt_(opt) {
   cfg_.validate();
   HP_CHECK(opt_.mlp_chunk >= 0 && opt_.head_chunk >= 0,
            "Model: mlp_chunk ({}) and head_chunk ({}) must be >= 0 (0 = no chunking)",
            opt_.mlp_chunk, opt_.head_chunk);
-  impl_ = std::make_unique<Impl>(cfg_, kernels_, params_, opt_);
+  impl_ = std::make_unique<Impl>(cfg_, params_, opt_);
 }
 
-template <typename T>
-ModelT<T>::~ModelT() = default;
+Model::~Model() = default;
 
-template <typename T>
-double ModelT<T>::run(const ComputeOp& op, const std::vector<PartContext>& ctx,
-                      ValueStoreT<T>& store, const Batch& mb) {
-  return impl_->run(op, ctx, store, mb);
+void Model::run(const ComputeOp& op, const std::vector<PartContext>& ctx, ValueStore& store,
+                const Batch& mb) {
+  impl_->run(op, ctx, store, mb);
 }
 
-template <typename T>
-int64_t ModelT<T>::workspace_bytes() const {
-  return impl_->ws_bytes();
+double Model::take_loss() {
+  Impl& m = *impl_;
+  const size_t n = m.loss_scales.size();
+  if (n == 0) return 0;
+  std::vector<double> sums(n);
+  m.be.download(sums.data(), m.loss_sums.data(), static_cast<int64_t>(n) * 8);
+  double loss = 0;
+  for (size_t i = 0; i < n; ++i) loss += sums[i] * m.loss_scales[i];
+  m.loss_scales.clear();
+  return loss;
 }
 
-template <typename T>
-void ModelT<T>::set_logits_sink(T* out, bool last_only) {
+int64_t Model::workspace_bytes() const { return impl_->ws.bytes(); }
+
+void Model::set_logits_sink(DataPtr out, bool last_only) {
+  HP_CHECK(!out || out.dtype == DType::kF32 || out.dtype == DType::kF64,
+           "Model: the logits sink must be f32 or f64 host memory, not {}", dtype_name(out.dtype));
   impl_->logits_out = out;
   impl_->last_only = last_only;
+}
+
+void TokenBuffer::upload(Backend& be, std::span<const int32_t> ids, int64_t vocab,
+                         std::string_view what) {
+  for (size_t t = 0; t < ids.size(); ++t)
+    HP_CHECK(ids[t] >= 0 && ids[t] < vocab,
+             "Model: {} id {} at position {} is outside the vocabulary [0, {}); tokenize with the "
+             "model's vocabulary",
+             what, ids[t], t, vocab);
+  const int64_t bytes = static_cast<int64_t>(ids.size() * sizeof(int32_t));
+  if (buf_.bytes() < bytes || buf_.backend() != &be) buf_ = RawBuffer(be, bytes);
+  if (bytes > 0) be.upload(buf_.data(), ids.data(), bytes);
+  size_ = static_cast<int64_t>(ids.size());
 }
 
 namespace {
@@ -638,19 +586,17 @@ std::vector<std::vector<Part>> layer_ops(int layers) {
 
 }  // namespace
 
-template <typename T>
-double loss_and_grads(ModelT<T>& model, const int32_t* tokens, const int32_t* targets,
-                      int64_t batch, int64_t seq, int microbatches, StepOptions opt,
-                      ValueStoreT<T>* store) {
+double loss_and_grads(Model& model, const int32_t* tokens, const int32_t* targets, int64_t batch,
+                      int64_t seq, int microbatches, StepOptions opt, ValueStore* store) {
   HP_CHECK(batch >= 1 && seq >= 1 && microbatches >= 1,
            "loss_and_grads: batch ({}), seq ({}) and microbatches ({}) must be >= 1", batch, seq,
            microbatches);
   const int L = static_cast<int>(model.config().layers);
-  ValueStoreT<T> own;
-  ValueStoreT<T>& st = store ? *store : own;
+  ValueStore own(model.backend(), model.precision());
+  ValueStore& st = store ? *store : own;
   const double scale = 1.0 / static_cast<double>(batch * seq * microbatches);
   const auto ops = layer_ops(L);
-  double loss = 0;
+  model.take_loss();  // start from no pending loss
   for (int j = 0; j < microbatches; ++j) {
     Batch b;
     b.tokens = tokens + j * batch * seq;
@@ -658,51 +604,42 @@ double loss_and_grads(ModelT<T>& model, const int32_t* tokens, const int32_t* ta
     b.batch = batch;
     b.seq = seq;
     b.loss_scale = scale;
-    for (const auto& parts : ops) {
+    for (const auto& parts : ops) {  // embed -> layers -> head
       ComputeOp f = make_op(Dir::kF, j, parts, opt.recompute);
-      loss += model.run(f, local_contexts(f, opt.recompute, opt.transfer), st, b);
+      model.run(f, local_contexts(f, opt.recompute, opt.transfer), st, b);
     }
-    for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+    for (auto it = ops.rbegin(); it != ops.rend(); ++it) {  // and back
       ComputeOp bw = make_op(Dir::kB, j, *it, opt.recompute);
       model.run(bw, local_contexts(bw, opt.recompute, opt.transfer), st, b);
     }
   }
-  return loss;
+  return model.take_loss();
 }
 
-template <typename T>
-double eval_loss(ModelT<T>& model, const int32_t* tokens, const int32_t* targets, int64_t batch,
+double eval_loss(Model& model, const int32_t* tokens, const int32_t* targets, int64_t batch,
                  int64_t seq) {
   HP_CHECK(targets, "eval_loss: targets are required");
-  ValueStoreT<T> st;
+  ValueStore st(model.backend(), model.precision());
   Batch b{tokens, targets, batch, seq, 1.0 / static_cast<double>(batch * seq)};
   ComputeOp f = whole_model_op(Dir::kF, 0, static_cast<int>(model.config().layers), Recompute::kFull);
-  return model.run(f, local_contexts(f, Recompute::kFull, TransferMode::kWeights), st, b);
+  model.take_loss();
+  model.run(f, local_contexts(f, Recompute::kFull, TransferMode::kWeights), st, b);
+  return model.take_loss();
 }
 
-template <typename T>
-void forward_logits(ModelT<T>& model, const int32_t* tokens, int64_t batch, int64_t seq, T* out,
+void forward_logits(Model& model, const int32_t* tokens, int64_t batch, int64_t seq, DataPtr out,
                     bool last_only) {
-  ValueStoreT<T> st;
+  ValueStore st(model.backend(), model.precision());
   Batch b{tokens, nullptr, batch, seq, 1.0};
   ComputeOp f = whole_model_op(Dir::kF, 0, static_cast<int>(model.config().layers), Recompute::kFull);
   model.set_logits_sink(out, last_only);
   try {
     model.run(f, local_contexts(f, Recompute::kFull, TransferMode::kWeights), st, b);
   } catch (...) {
-    model.set_logits_sink(nullptr, false);
+    model.set_logits_sink({}, false);
     throw;
   }
-  model.set_logits_sink(nullptr, false);
+  model.set_logits_sink({}, false);
 }
-
-#define HP_INSTANTIATE(T)                                                                         \
-  template class ModelT<T>;                                                                       \
-  template double loss_and_grads<T>(ModelT<T>&, const int32_t*, const int32_t*, int64_t, int64_t, \
-                                    int, StepOptions, ValueStoreT<T>*);                           \
-  template double eval_loss<T>(ModelT<T>&, const int32_t*, const int32_t*, int64_t, int64_t);     \
-  template void forward_logits<T>(ModelT<T>&, const int32_t*, int64_t, int64_t, T*, bool);
-HP_INSTANTIATE(float)
-HP_INSTANTIATE(double)
 
 }  // namespace hp

@@ -1,14 +1,16 @@
-// The LLaMA-style model as parts (embed, pre:l, attn:l, post:l, head) with explicit forward,
-// backward-for-inputs and backward-for-weights, run one schedule compute op at a time against a
-// ValueStore. Values, stash and recomputation follow schedule/values.h (docs/memory.md);
-// docs/model.md explains the parts. Not here: communication (runtime), the optimizer.
+// The op runner: runs one schedule compute op at a time over the model's parts (parts.h) against a
+// ValueStore, on the backend and precision of its Params. Values, stash and recomputation follow
+// schedule/values.h (docs/memory.md); docs/model.md explains the parts. Not here: the parts' math
+// (parts.h), communication (runtime), the optimizer.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string_view>
 #include <vector>
 
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "model/params.h"
 #include "model/value_store.h"
 #include "schedule/ir.h"
@@ -26,7 +28,8 @@ struct ModelOptions {
   int64_t head_chunk = 1024;
 };
 
-// One micro-batch of data. Rows are sequences: token t = r * seq + i.
+// One micro-batch of data. Rows are sequences: token t = r * seq + i. The ids live in the
+// backend's memory (a TokenBuffer: checked against the vocabulary when uploaded).
 struct Batch {
   const int32_t* tokens = nullptr;   // (batch * seq) inputs, read by embed
   const int32_t* targets = nullptr;  // (batch * seq) next tokens, read by head
@@ -34,7 +37,22 @@ struct Batch {
   // The head's loss and gradients are scaled by this: 1 / (number of target tokens of the whole
   // step) makes the summed op losses the step's mean loss and the gradients its gradient.
   double loss_scale = 1.0;
-  int64_t tokens_count() const { return batch * seq; }
+};
+
+// Token ids in backend memory, what Batch points to. upload() checks every id against the
+// vocabulary on the host first (the model never reads backend memory on the host, so this is where
+// a bad id is caught, with a message naming it), then copies them; the buffer grows to the
+// largest upload and is reused.
+class TokenBuffer {
+ public:
+  // `what` names the ids in the message ("tokens", "targets").
+  void upload(Backend& be, std::span<const int32_t> ids, int64_t vocab, std::string_view what);
+  const int32_t* data() const { return static_cast<const int32_t*>(buf_.data()); }
+  int64_t size() const { return size_; }
+
+ private:
+  RawBuffer buf_;
+  int64_t size_ = 0;
 };
 
 // What op.parts[index] keeps from its forward for its backward: values.h's forward_stash() with
@@ -48,52 +66,55 @@ std::vector<Value> part_stash(const ComputeOp& op, size_t index, const PartConte
 std::vector<PartContext> local_contexts(const ComputeOp& op, Recompute policy,
                                         TransferMode transfer);
 
-template <typename T>
-class ModelT {
+class Model {
  public:
-  // Keeps references to kernels and params (both must outlive the model).
-  ModelT(const ModelConfig& cfg, KernelsT<T>& kernels, ParamsT<T>& params, ModelOptions opt = {});
-  ~ModelT();
+  // Runs on params.backend() in params.precision(); keeps a reference to params (it must outlive
+  // the model).
+  explicit Model(Params& params, ModelOptions opt = {});
+  ~Model();
 
-  // Runs one compute op for micro-batch op.mb; ctx[i] describes op.parts[i].
+  // Runs one compute op for micro-batch op.mb; ctx[i] describes op.parts[i]. The store must be on
+  // this model's backend and precision.
   //   F: the inputs of the first part (values.h forward_inputs) must be live in the store (embed
   //      reads mb.tokens instead); runs the parts in order; releases the op's inputs, marks each
-  //      part's stash, leaves the last part's outputs live for the next op or a send.
+  //      part's stash, leaves the last part's outputs live for the next op or a send. An F op that
+  //      runs the head adds its loss (sum of token losses) into a scalar in backend memory.
   //   B / I: the backward inputs of the op's first part (in backward order) must be live
   //      (head needs none); recomputes op.recompute parts, backpropagates, unmarks the forward
   //      stash, leaves the gradient outputs live. I marks values.h's weight_stash instead of
   //      computing weight gradients; W consumes it. Parameter gradients accumulate (+=) into the
   //      gradient arena; in weights mode, attn away from pre:l reads W:l from the store and
   //      leaves dW:l live, and pre:l adds a received dW:l into its W_qkv gradient.
-  // Returns this op's share of the loss (sum of token losses * loss_scale) for an F op that runs
-  // the head, else 0.
-  double run(const ComputeOp& op, const std::vector<PartContext>& ctx, ValueStoreT<T>& store,
-             const Batch& mb);
+  void run(const ComputeOp& op, const std::vector<PartContext>& ctx, ValueStore& store,
+           const Batch& mb);
+  // The loss of the head F ops run since the last call: each op's sum of token losses times its
+  // Batch::loss_scale, added in op order (one download for all of them). 0 when none ran.
+  double take_loss();
 
   const ModelConfig& config() const { return cfg_; }
-  ParamsT<T>& params() { return params_; }
-  KernelsT<T>& kernels() { return kernels_; }
+  Params& params() { return params_; }
+  Backend& backend() { return params_.backend(); }
+  const Precision& precision() const { return params_.precision(); }
   const ModelOptions& options() const { return opt_; }
   // Bytes of transient workspace (not values) reserved so far; it only grows, to the largest op.
   int64_t workspace_bytes() const;
-  // When set, the head's forward also writes its logits to `out`: (tokens, vocab), or with
-  // last_only (batch, vocab) for the last position of each row. nullptr turns it off.
-  void set_logits_sink(T* out, bool last_only);
+  // When set, the head's forward also writes its logits to `out`, host memory of f32 or f64:
+  // (tokens, vocab), or with last_only (batch, vocab) for the last position of each row. A null
+  // pointer turns it off.
+  void set_logits_sink(DataPtr out, bool last_only);
 
  private:
   struct Impl;
   const ModelConfig cfg_;
-  KernelsT<T>& kernels_;
-  ParamsT<T>& params_;
+  Params& params_;
   ModelOptions opt_;
   std::unique_ptr<Impl> impl_;
 };
 
-using Model = ModelT<float>;
-
 // Single process, one stage: the mean loss over all batch*seq*microbatches target tokens and its
 // gradient, accumulated (+=) into model.params().grads() (zero them first for a fresh gradient).
-// tokens/targets hold micro-batch j, row r, position i at ((j * batch + r) * seq + i). Runs
+// tokens/targets (backend memory, e.g. a TokenBuffer) hold micro-batch j, row r, position i at
+// ((j * batch + r) * seq + i). Runs
 // micro-batch j = 0..M-1 in turn: F ops [embed] [pre:l attn:l post:l].. [head], then their B ops in
 // reverse (one op per layer, so recomputation works layer by layer). Any split of the model into
 // ops gives bitwise the same result.
@@ -101,20 +122,18 @@ struct StepOptions {
   Recompute recompute = Recompute::kNone;
   TransferMode transfer = TransferMode::kWeights;
 };
-template <typename T>
-double loss_and_grads(ModelT<T>& model, const int32_t* tokens, const int32_t* targets,
-                      int64_t batch, int64_t seq, int microbatches, StepOptions opt = {},
-                      ValueStoreT<T>* store = nullptr);
+double loss_and_grads(Model& model, const int32_t* tokens, const int32_t* targets, int64_t batch,
+                      int64_t seq, int microbatches, StepOptions opt = {},
+                      ValueStore* store = nullptr);
 
-// Forward only (evaluation): the mean token loss over `batch` rows of `seq` tokens; keeps nothing.
-template <typename T>
-double eval_loss(ModelT<T>& model, const int32_t* tokens, const int32_t* targets, int64_t batch,
+// Forward only (evaluation): the mean token loss over `batch` rows of `seq` tokens (backend
+// memory); keeps nothing.
+double eval_loss(Model& model, const int32_t* tokens, const int32_t* targets, int64_t batch,
                  int64_t seq);
 
 // Forward only: logits (batch * seq, vocab) of every position, or with last_only (batch, vocab)
-// of the last position of each row. For sampling.
-template <typename T>
-void forward_logits(ModelT<T>& model, const int32_t* tokens, int64_t batch, int64_t seq, T* out,
+// of the last position of each row, into host memory `out` (f32 or f64). For sampling.
+void forward_logits(Model& model, const int32_t* tokens, int64_t batch, int64_t seq, DataPtr out,
                     bool last_only);
 
 }  // namespace hp

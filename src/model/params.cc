@@ -40,8 +40,7 @@ const char* slot_name(Slot s) {
 
 }  // namespace
 
-template <typename T>
-std::vector<Part> ParamsT<T>::all_parts(const ModelConfig& cfg) {
+std::vector<Part> Params::all_parts(const ModelConfig& cfg) {
   std::vector<Part> v{Part::embed()};
   for (int l = 1; l <= cfg.layers; ++l) {
     v.push_back(Part::pre(l));
@@ -51,9 +50,11 @@ std::vector<Part> ParamsT<T>::all_parts(const ModelConfig& cfg) {
   return v;
 }
 
-template <typename T>
-ParamsT<T>::ParamsT(const ModelConfig& cfg, std::vector<Part> parts) : cfg_(cfg) {
+Params::Params(const ModelConfig& cfg, std::vector<Part> parts, Backend& be, Precision prec)
+    : cfg_(cfg), be_(&be), prec_(prec) {
   cfg_.validate();
+  HP_CHECK(be.kernels().supports(prec), "Params: backend {} does not support precision {}",
+           be.name(), prec.name());
   const int L = static_cast<int>(cfg_.layers);
   for (const Part& p : parts) {
     HP_CHECK(p.kind == PartKind::kEmbed || p.kind == PartKind::kHead || (p.layer >= 1 && p.layer <= L),
@@ -110,41 +111,40 @@ ParamsT<T>::ParamsT(const ModelConfig& cfg, std::vector<Part> parts) : cfg_(cfg)
       case PartKind::kAttn: break;
     }
   }
-  data_.assign(off, T(0));
-  grad_.assign(off, T(0));
+  size_ = off;
+  data_ = Buffer(be, prec_.master, size_);
+  grad_ = Buffer(be, prec_.master, size_);
+  if (prec_.weight_copy()) copy_ = Buffer(be, prec_.compute, size_);
+  if (size_ > 0) {
+    be.zero(data_.data(), data_.bytes());
+    be.zero(grad_.data(), grad_.bytes());
+    if (copy_.data()) be.zero(copy_.data(), copy_.bytes());
+  }
 }
 
-template <typename T>
-bool ParamsT<T>::owns(Part p) const {
+bool Params::owns(Part p) const {
   if (!p.has_params()) return false;
   return std::find(parts_.begin(), parts_.end(), p) != parts_.end();
 }
 
-template <typename T>
-const ParamTensor* ParamsT<T>::find(std::string_view name) const {
+const ParamTensor* Params::find(std::string_view name) const {
   for (const ParamTensor& t : tensors_)
     if (t.name == name) return &t;
   return nullptr;
 }
 
-template <typename T>
-T* ParamsT<T>::param(std::string_view name) {
+const ParamTensor& Params::tensor(std::string_view name) const {
   const ParamTensor* t = find(name);
   HP_CHECK(t, "Params: no tensor '{}' here (this stage holds {} tensors of {} parts)", name,
            tensors_.size(), parts_.size());
-  return data_.data() + t->offset;
+  return *t;
 }
 
-template <typename T>
-T* ParamsT<T>::grad(std::string_view name) {
-  const ParamTensor* t = find(name);
-  HP_CHECK(t, "Params: no gradient '{}' here (this stage holds {} tensors of {} parts)", name,
-           tensors_.size(), parts_.size());
-  return grad_.data() + t->offset;
-}
+DataPtr Params::param(std::string_view name) const { return data().at(tensor(name).offset); }
 
-template <typename T>
-int64_t ParamsT<T>::slot_offset(Slot s, int layer) const {
+DataPtr Params::grad(std::string_view name) const { return grads().at(tensor(name).offset); }
+
+int64_t Params::slot_offset(Slot s, int layer) const {
   if (s == Slot::kLmHead && cfg_.tie_embeddings) s = Slot::kEmbed;
   const int L = static_cast<int>(cfg_.layers);
   HP_CHECK(layer >= 0 && layer <= L, "Params: layer {} of {} is out of range", layer, slot_name(s));
@@ -154,35 +154,44 @@ int64_t ParamsT<T>::slot_offset(Slot s, int layer) const {
   return off;
 }
 
-template <typename T>
-T* ParamsT<T>::at(Slot s, int layer) {
-  return data_.data() + slot_offset(s, layer);
-}
+DataPtr Params::at(Slot s, int layer) const { return compute_data().at(slot_offset(s, layer)); }
 
-template <typename T>
-T* ParamsT<T>::grad_at(Slot s, int layer) {
-  return grad_.data() + slot_offset(s, layer);
-}
+DataPtr Params::grad_at(Slot s, int layer) const { return grads().at(slot_offset(s, layer)); }
 
-template <typename T>
-void ParamsT<T>::init(uint64_t seed) {
+void Params::init(uint64_t seed) {
+  std::vector<double> host(static_cast<size_t>(size_));
   for (const ParamTensor& t : tensors_) {
-    T* p = data_.data() + t.offset;
+    double* p = host.data() + t.offset;
     if (t.shape.size() == 1) {
-      std::fill(p, p + t.numel, T(1));
+      std::fill(p, p + t.numel, 1.0);
       continue;
     }
     Rng rng(seed * 0x9E3779B97F4A7C15ull ^ name_hash(t.name));
-    for (int64_t i = 0; i < t.numel; ++i) p[i] = static_cast<T>(0.02 * rng.normal());
+    for (int64_t i = 0; i < t.numel; ++i) p[i] = 0.02 * rng.normal();
   }
+  set_values(host);
 }
 
-template <typename T>
-void ParamsT<T>::zero_grad() {
-  std::fill(grad_.begin(), grad_.end(), T(0));
+void Params::zero_grad() {
+  if (size_ > 0) be_->zero(grad_.data(), grad_.bytes());
 }
 
-template class ParamsT<float>;
-template class ParamsT<double>;
+void Params::refresh_weight_copy() {
+  if (copy_.data()) be_->kernels().convert(copy_.ptr(), data_.ptr(), size_);
+}
+
+int Params::copy_from(const Params& other) {
+  std::vector<double> src = other.host_values<double>();
+  std::vector<double> dst = host_values<double>();
+  int n = 0;
+  for (const ParamTensor& t : tensors_) {
+    const ParamTensor* o = other.find(t.name);
+    if (!o) continue;
+    std::copy(src.begin() + o->offset, src.begin() + o->offset + t.numel, dst.begin() + t.offset);
+    ++n;
+  }
+  set_values(dst);
+  return n;
+}
 
 }  // namespace hp

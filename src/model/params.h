@@ -1,13 +1,18 @@
-// The parameters of a set of model parts in one flat arena, with a twin gradient arena and named
-// views under the Hugging Face Llama tensor names. Not the optimizer state (runtime/optimizer.h).
+// The parameters of a set of model parts in one flat arena in backend memory, with a twin gradient
+// arena and named views under the Hugging Face Llama tensor names. Not the optimizer state
+// (runtime/optimizer.h).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <string_view>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "schedule/ir.h"
+#include "util/error.h"
 #include "util/model_config.h"
 
 namespace hp {
@@ -30,72 +35,126 @@ struct ParamTensor {
   bool decay = false;          // matrices decay, norm gains do not
 };
 
+// The arenas live in a backend's memory: master weights and their gradients in the precision's
+// master type, and, when Precision::weight_copy(), a compute-type copy of the weights that the
+// parts read (refreshed by the optimizer's AdamW, by init() and by refresh_weight_copy()).
 // Tied embeddings: the head multiplies with the embedding table, so a Params that holds the head
 // of a tied model must also hold embed (HelixPipe puts both on stage 0; a schedule that splits them
 // over two stages is refused with a message). Its checkpoint has no lm_head.weight.
-template <typename T>
-class ParamsT {
+class Params {
  public:
   // Lays out the parameters of `parts` (attention parts own none and are ignored; duplicates are
-  // ignored). Arenas are zero until init() or a load writes them.
-  ParamsT(const ModelConfig& cfg, std::vector<Part> parts);
+  // ignored) in `be`'s memory (which must outlive this). Arenas are zero until init() or a load
+  // writes them.
+  Params(const ModelConfig& cfg, std::vector<Part> parts, Backend& be,
+         Precision prec = Precision::fp32());
   // Every part of the model with parameters: embed, pre:1, post:1, ..., head.
   static std::vector<Part> all_parts(const ModelConfig& cfg);
 
   const ModelConfig& config() const { return cfg_; }
   const std::vector<Part>& parts() const { return parts_; }  // model order
   bool owns(Part p) const;
+  Backend& backend() const { return *be_; }
+  const Precision& precision() const { return prec_; }
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }  // arena order
   const ParamTensor* find(std::string_view name) const;                 // nullptr when absent
-  T* param(std::string_view name);  // throws hp::Error naming the tensor when absent
-  T* grad(std::string_view name);
+  const ParamTensor& tensor(std::string_view name) const;  // throws hp::Error naming it if absent
+  DataPtr param(std::string_view name) const;  // master weights of a tensor (throws when absent)
+  DataPtr grad(std::string_view name) const;
 
-  T* data() { return data_.data(); }
-  T* grads() { return grad_.data(); }
-  const T* data() const { return data_.data(); }
-  const T* grads() const { return grad_.data(); }
-  int64_t size() const { return static_cast<int64_t>(data_.size()); }  // elements in each arena
+  DataPtr data() const { return data_.ptr(); }  // master weights, size() elements
+  DataPtr grads() const { return grad_.ptr(); }
+  // The weights the parts read: the compute-type copy, or the master weights without one.
+  DataPtr compute_data() const { return copy_.data() ? copy_.ptr() : data_.ptr(); }
+  int64_t size() const { return size_; }  // elements in each arena
 
-  // The start of slot `s` of layer `layer` (1..L; 0 for embed/head slots) in the parameter or the
-  // gradient arena. kWqkv is the (q, h) block; kLmHead is the embedding table when tied. Throws
-  // when this Params does not own it.
-  T* at(Slot s, int layer = 0);
-  T* grad_at(Slot s, int layer = 0);
+  // The start of slot `s` of layer `layer` (1..L; 0 for embed/head slots) in the weights the parts
+  // read (compute type) or in the gradient arena (master type). kWqkv is the (q, h) block; kLmHead
+  // is the embedding table when tied. Throws when this Params does not own it.
+  DataPtr at(Slot s, int layer = 0) const;
+  DataPtr grad_at(Slot s, int layer = 0) const;
 
   // Deterministic initialization: each tensor from its own random stream seeded by (seed, name),
   // so a stage holding some parts gets exactly the values the whole model would have.
-  // Matrices ~ N(0, 0.02^2), norm gains = 1.
+  // Matrices ~ N(0, 0.02^2), norm gains = 1. Computed on the host, then uploaded.
   void init(uint64_t seed);
   void zero_grad();
-  // Copies the values of every tensor `other` also has (by name); returns how many were copied.
-  template <typename U>
-  int copy_from(const ParamsT<U>& other);
+  // Rewrites the compute-type copy from the master weights (no-op without a copy). Call after
+  // writing master weights any way other than init(), set_values() or the optimizer.
+  void refresh_weight_copy();
+  // Copies the values of every tensor `other` also has (by name, converting between master
+  // types, through the host); returns how many were copied.
+  int copy_from(const Params& other);
+
+  // Host copies of a whole arena as T (the master type, or double for any master type), and an
+  // arena from the host (T the master type, or double: converted); set_values refreshes the copy.
+  template <typename T>
+  std::vector<T> host_values() const {
+    return to_host<T>(data_);
+  }
+  template <typename T>
+  std::vector<T> host_grads() const {
+    return to_host<T>(grad_);
+  }
+  template <typename T>
+  void set_values(const std::vector<T>& host) {
+    from_host(data_, host);
+    refresh_weight_copy();
+  }
+  template <typename T>
+  void set_grads(const std::vector<T>& host) {
+    from_host(grad_, host);
+  }
 
  private:
   int64_t slot_offset(Slot s, int layer) const;
+  template <typename T>
+  std::vector<T> to_host(const Buffer& b) const;
+  template <typename T>
+  void from_host(Buffer& b, const std::vector<T>& host);
 
   ModelConfig cfg_;
+  Backend* be_;
+  Precision prec_;
   std::vector<Part> parts_;
   std::vector<ParamTensor> tensors_;
   std::vector<int64_t> slot_index_;  // (slot, layer) -> offset, -1 when not held
-  std::vector<T> data_, grad_;
+  int64_t size_ = 0;
+  Buffer data_, grad_, copy_;
 };
 
-using Params = ParamsT<float>;
+template <typename T>
+std::vector<T> Params::to_host(const Buffer& b) const {
+  std::vector<T> out(static_cast<size_t>(size_));
+  if (size_ == 0) return out;
+  if (b.dtype() == dtype_of<T>()) {
+    be_->download(out.data(), b.data(), b.bytes());
+    return out;
+  }
+  HP_CHECK((std::is_same_v<T, double>) && b.dtype() == DType::kF32,
+           "Params: the arena holds {} values, asked for {}", dtype_name(b.dtype()),
+           dtype_name(dtype_of<T>()));
+  std::vector<float> f(static_cast<size_t>(size_));
+  be_->download(f.data(), b.data(), b.bytes());
+  std::copy(f.begin(), f.end(), out.begin());
+  return out;
+}
 
 template <typename T>
-template <typename U>
-int ParamsT<T>::copy_from(const ParamsT<U>& other) {
-  int n = 0;
-  for (const ParamTensor& t : tensors_) {
-    const ParamTensor* o = other.find(t.name);
-    if (!o) continue;
-    const U* src = other.data() + o->offset;
-    for (int64_t i = 0; i < t.numel; ++i) data_[t.offset + i] = static_cast<T>(src[i]);
-    ++n;
+void Params::from_host(Buffer& b, const std::vector<T>& host) {
+  HP_CHECK(static_cast<int64_t>(host.size()) == size_,
+           "Params: {} host values for an arena of {}", host.size(), size_);
+  if (size_ == 0) return;
+  if (b.dtype() == dtype_of<T>()) {
+    be_->upload(b.data(), host.data(), b.bytes());
+    return;
   }
-  return n;
+  HP_CHECK((std::is_same_v<T, double>) && b.dtype() == DType::kF32,
+           "Params: the arena holds {} values, given {}", dtype_name(b.dtype()),
+           dtype_name(dtype_of<T>()));
+  const std::vector<float> f(host.begin(), host.end());
+  be_->upload(b.data(), f.data(), b.bytes());
 }
 
 }  // namespace hp

@@ -11,14 +11,18 @@
 
 namespace hp {
 
-IncrementalDecoder::IncrementalDecoder(Params& params, int64_t max_context)
-    : params_(params), cfg_(params.config()), max_context_(max_context) {
+IncrementalDecoder::IncrementalDecoder(const Params& params, int64_t max_context)
+    : cfg_(params.config()), max_context_(max_context) {
   HP_CHECK(max_context >= 1 && max_context <= cfg_.max_positions,
            "decoder context {} must lie in [1, max_position_embeddings {}]", max_context,
            cfg_.max_positions);
   for (Part p : Params::all_parts(cfg_)) {
     HP_CHECK(params.owns(p), "the decoder needs the whole model; part {} is missing", p.str());
   }
+  HP_CHECK(params.precision().master == DType::kF32, "the decoder reads f32 weights, not {}",
+           dtype_name(params.precision().master));
+  weights_ = params.host_values<float>();
+  names_ = params.tensors();
   k_cache_.assign(cfg_.layers, std::vector<float>(max_context * cfg_.kv_dim()));
   v_cache_.assign(cfg_.layers, std::vector<float>(max_context * cfg_.kv_dim()));
   x_.resize(cfg_.hidden);
@@ -30,6 +34,12 @@ IncrementalDecoder::IncrementalDecoder(Params& params, int64_t max_context)
   up_.resize(cfg_.intermediate);
   logits_.resize(cfg_.vocab);
   scores_.resize(max_context);
+}
+
+const float* IncrementalDecoder::weight(const std::string& name) const {
+  for (const ParamTensor& t : names_)
+    if (t.name == name) return weights_.data() + t.offset;
+  fail("decoder: no tensor '{}'", name);
 }
 
 // y = W x for a row-major (rows, cols) W.
@@ -55,13 +65,13 @@ std::span<const float> IncrementalDecoder::push(int32_t token) {
   HP_CHECK(token >= 0 && token < cfg_.vocab, "token {} outside the vocab of {}", token, cfg_.vocab);
   const int64_t h = cfg_.hidden, d = cfg_.head_dim(), kvd = cfg_.kv_dim(), f = cfg_.intermediate;
   const int64_t heads = cfg_.heads, group = cfg_.heads / cfg_.kv_heads, pos = length_;
-  const float* embed = params_.param("model.embed_tokens.weight");
+  const float* embed = weight("model.embed_tokens.weight");
   std::copy(embed + token * h, embed + (token + 1) * h, x_.begin());
   for (int64_t l = 0; l < cfg_.layers; ++l) {
     const std::string p = fmt::format("model.layers.{}.", l);
-    rmsnorm(x_.data(), params_.param(p + "input_layernorm.weight"), a_.data());
+    rmsnorm(x_.data(), weight(p + "input_layernorm.weight"), a_.data());
     // q_proj, k_proj, v_proj lie back to back: one (h + 2 kv, h) matrix.
-    matvec(params_.param(p + "self_attn.q_proj.weight"), a_.data(), h + 2 * kvd, h, qkv_.data());
+    matvec(weight(p + "self_attn.q_proj.weight"), a_.data(), h + 2 * kvd, h, qkv_.data());
     float* q = qkv_.data();
     float* k = q + h;
     const float* v = k + kvd;
@@ -103,20 +113,20 @@ std::span<const float> IncrementalDecoder::push(int32_t token) {
       }
       for (int64_t i = 0; i < d; ++i) o_[hq * d + i] = static_cast<float>(acc[i] / denom);
     }
-    matvec(params_.param(p + "self_attn.o_proj.weight"), o_.data(), h, h, y_.data());
+    matvec(weight(p + "self_attn.o_proj.weight"), o_.data(), h, h, y_.data());
     for (int64_t i = 0; i < h; ++i) x_[i] += y_[i];
-    rmsnorm(x_.data(), params_.param(p + "post_attention_layernorm.weight"), a_.data());
-    matvec(params_.param(p + "mlp.gate_proj.weight"), a_.data(), f, h, gate_.data());
-    matvec(params_.param(p + "mlp.up_proj.weight"), a_.data(), f, h, up_.data());
+    rmsnorm(x_.data(), weight(p + "post_attention_layernorm.weight"), a_.data());
+    matvec(weight(p + "mlp.gate_proj.weight"), a_.data(), f, h, gate_.data());
+    matvec(weight(p + "mlp.up_proj.weight"), a_.data(), f, h, up_.data());
     for (int64_t i = 0; i < f; ++i) {
       const double g = gate_[i];
       gate_[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * up_[i]);
     }
-    matvec(params_.param(p + "mlp.down_proj.weight"), gate_.data(), h, f, y_.data());
+    matvec(weight(p + "mlp.down_proj.weight"), gate_.data(), h, f, y_.data());
     for (int64_t i = 0; i < h; ++i) x_[i] += y_[i];
   }
-  rmsnorm(x_.data(), params_.param("model.norm.weight"), a_.data());
-  const float* head = cfg_.tie_embeddings ? embed : params_.param("lm_head.weight");
+  rmsnorm(x_.data(), weight("model.norm.weight"), a_.data());
+  const float* head = cfg_.tie_embeddings ? embed : weight("lm_head.weight");
   matvec(head, a_.data(), cfg_.vocab, h, logits_.data());
   ++length_;
   return logits_;

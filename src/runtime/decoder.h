@@ -2,12 +2,13 @@
 // each new token costs one pass over the weights plus attention over the cached positions instead
 // of a forward pass over the whole context. Plain loops (single token: matrix-vector products),
 // written independently of the training parts in src/model, with dot products accumulated in
-// double; a test checks it against Model's forward_logits. Inference only, whole model in one
-// process.
+// double, over a host copy of the weights taken at construction; a test checks it against Model's
+// forward_logits. Inference only, whole model in one process.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "model/params.h"
@@ -17,9 +18,9 @@ namespace hp {
 
 class IncrementalDecoder {
  public:
-  // `params` must hold the whole model and outlive the decoder. The cache holds at most
-  // `max_context` positions (<= max_position_embeddings).
-  IncrementalDecoder(Params& params, int64_t max_context);
+  // `params` must hold the whole model (f32 master weights, copied to the host here). The cache
+  // holds at most `max_context` positions (<= max_position_embeddings).
+  IncrementalDecoder(const Params& params, int64_t max_context);
 
   int64_t length() const { return length_; }  // positions in the cache
   int64_t max_context() const { return max_context_; }
@@ -32,9 +33,11 @@ class IncrementalDecoder {
  private:
   void matvec(const float* w, const float* x, int64_t rows, int64_t cols, float* y) const;
   void rmsnorm(const float* x, const float* g, float* y) const;
+  const float* weight(const std::string& name) const;
 
-  Params& params_;
   ModelConfig cfg_;
+  std::vector<float> weights_;       // the master weights, arena layout
+  std::vector<ParamTensor> names_;  // where each tensor lies in weights_
   int64_t max_context_;
   int64_t length_ = 0;
   // Per layer: keys and values, [max_context, kv_dim] each, rotary already applied to keys.

@@ -34,13 +34,14 @@ std::vector<Part> stage_parts(const Schedule& sch, int stage) {
   return {parts.begin(), parts.end()};
 }
 
-DistStage::DistStage(const Schedule& sch, GridComms& grid, const ModelConfig& cfg,
-                     KernelsT<float>& kernels, int64_t microbatch_size, int64_t seq_len,
-                     ModelOptions model_opt)
-    : sch_(sch), grid_(grid), cfg_(cfg), b_(microbatch_size), s_(seq_len) {
+DistStage::DistStage(const Schedule& sch, GridComms& grid, const ModelConfig& cfg, Backend& be,
+                     int64_t microbatch_size, int64_t seq_len, ModelOptions model_opt,
+                     Precision prec)
+    : sch_(sch), grid_(grid), cfg_(cfg), b_(microbatch_size), s_(seq_len), be_(be),
+      store_(be, prec) {
   if (!grid.pipeline || !grid.data) throw Error("DistStage: the grid comms are not set up");
-  params_ = std::make_unique<Params>(cfg, stage_parts(sch, grid.p));
-  model_ = std::make_unique<Model>(cfg, kernels, *params_, model_opt);
+  params_ = std::make_unique<Params>(cfg, stage_parts(sch, grid.p), be, prec);
+  model_ = std::make_unique<Model>(*params_, model_opt);
   exec_ = std::make_unique<StageExecutor>(sch, grid.p, *grid.pipeline, cfg, b_ * s_);
 }
 
@@ -50,20 +51,28 @@ DistStepResult DistStage::loss_and_grads(const int32_t* tokens, const int32_t* t
   const int D = grid_.data->size();
   // Each op's loss share is sum(CE) * scale: the replicas' sums add up to the global mean.
   const double scale = 1.0 / static_cast<double>(b_ * s_ * M * D);
+  const size_t n = static_cast<size_t>(M * b_ * s_);
+  tokens_.upload(be_, {tokens, n}, cfg_.vocab, "token");
+  targets_.upload(be_, {targets, n}, cfg_.vocab, "target");
   ModelBackend backend(*model_, [&](int mb) {
-    return Batch{tokens + mb * b_ * s_, targets + mb * b_ * s_, b_, s_, scale};
+    return Batch{tokens_.data() + mb * b_ * s_, targets_.data() + mb * b_ * s_, b_, s_, scale};
   });
   params_->zero_grad();
+  model_->take_loss();
   Request grad_req;
   auto start_allreduce = [&] {
-    if (D > 1 && params_->size() > 0)
-      grad_req = grid_.data->iallreduce_sum(params_->grads(), params_->size());
+    if (D <= 1 || params_->size() == 0) return;
+    be_.synchronize();  // the gradients are complete before the transport reads them
+    const DataPtr g = params_->grads();
+    grad_req = g.dtype == DType::kF64 ? grid_.data->iallreduce_sum(g.as<double>(), params_->size())
+                                      : grid_.data->iallreduce_sum(g.as<float>(), params_->size());
   };
   DistStepResult r;
   r.stats = exec_->run(backend, store_, opt, start_allreduce);
   if (grad_req.active())
     grid_.data->wait(grad_req, "gradient all-reduce of stage " + std::to_string(grid_.p) +
                                    " over " + std::to_string(D) + " replicas");
+  r.stats.loss_share = model_->take_loss();  // the stage's head F ops, read once
   double loss = r.stats.loss_share;
   grid_.pipeline->allreduce_sum(&loss, 1);
   grid_.data->allreduce_sum(&loss, 1);
@@ -97,36 +106,44 @@ void DistStage::gather_params(Params* full) {
     if (!full) throw Error("gather_params: stage 0 needs a whole-model Params to fill");
     full->copy_from(*params_);
     for (int q = 1; q < P; ++q) {
-      Params other(cfg_, stage_parts(sch_, q));
-      Request r = pipe.irecv(other.data(), other.size() * static_cast<int64_t>(sizeof(float)), q, 0);
+      Params other(cfg_, stage_parts(sch_, q), be_, params_->precision());
+      Request r = pipe.irecv(other.data().data, other.size() * dtype_bytes(other.data().dtype), q,
+                             0);
       pipe.wait(r, "parameters of stage " + std::to_string(q) + " for the checkpoint");
       full->copy_from(other);
     }
   } else {
-    Request r = pipe.isend(params_->data(), params_->size() * static_cast<int64_t>(sizeof(float)),
-                           0, 0);
+    be_.synchronize();
+    Request r = pipe.isend(params_->data().data,
+                           params_->size() * dtype_bytes(params_->data().dtype), 0, 0);
     pipe.wait(r, "sending stage " + std::to_string(grid_.p) + "'s parameters to stage 0");
   }
 }
 
 void DistStage::gather_grads(Params* full) {
   Comm& pipe = *grid_.pipeline;
-  auto copy_grads = [&](const Params& from) {
-    for (const ParamTensor& t : from.tensors())
-      std::copy(from.grads() + t.offset, from.grads() + t.offset + t.numel, full->grad(t.name));
-  };
   if (pipe.rank() == 0) {
     if (!full) throw Error("gather_grads: stage 0 needs a whole-model Params to fill");
+    std::vector<double> all = full->host_grads<double>();
+    auto copy_grads = [&](const Params& from) {
+      const std::vector<double> g = from.host_grads<double>();
+      for (const ParamTensor& t : from.tensors())
+        std::copy(g.begin() + t.offset, g.begin() + t.offset + t.numel,
+                  all.begin() + full->tensor(t.name).offset);
+    };
     copy_grads(*params_);
     for (int q = 1; q < pipe.size(); ++q) {
-      Params other(cfg_, stage_parts(sch_, q));
-      Request r = pipe.irecv(other.grads(), other.size() * static_cast<int64_t>(sizeof(float)), q, 0);
+      Params other(cfg_, stage_parts(sch_, q), be_, params_->precision());
+      Request r = pipe.irecv(other.grads().data, other.size() * dtype_bytes(other.grads().dtype),
+                             q, 0);
       pipe.wait(r, "gradients of stage " + std::to_string(q));
       copy_grads(other);
     }
+    full->set_grads(all);
   } else {
-    Request r = pipe.isend(params_->grads(), params_->size() * static_cast<int64_t>(sizeof(float)),
-                           0, 0);
+    be_.synchronize();
+    Request r = pipe.isend(params_->grads().data,
+                           params_->size() * dtype_bytes(params_->grads().dtype), 0, 0);
     pipe.wait(r, "sending stage " + std::to_string(grid_.p) + "'s gradients to stage 0");
   }
 }

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "comm/comm.h"
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "model/model.h"
 #include "model/params.h"
 #include "runtime/executor.h"
@@ -38,13 +38,17 @@ struct DistStepResult {
 class DistStage {
  public:
   // `sch` must be lowered for (cfg, B*S) and have grid.pipeline->size() stages. The stage's
-  // parameters are allocated here (uninitialised; load or init them through params()).
-  DistStage(const Schedule& sch, GridComms& grid, const ModelConfig& cfg, KernelsT<float>& kernels,
-            int64_t microbatch_size, int64_t seq_len, ModelOptions model_opt = {});
+  // parameters are allocated here in `be`'s memory (which must outlive this) and `prec`
+  // (uninitialised; load or init them through params()).
+  DistStage(const Schedule& sch, GridComms& grid, const ModelConfig& cfg, Backend& be,
+            int64_t microbatch_size, int64_t seq_len, ModelOptions model_opt = {},
+            Precision prec = Precision::fp32());
 
-  // Zeroes the gradients, runs the step over this replica's M micro-batches (tokens/targets laid
-  // out as loss_and_grads wants: micro-batch j, row r at ((j*B + r)*S + i)), all-reduces gradients
-  // over the data-parallel group and the loss over everyone.
+  // Zeroes the gradients, runs the step over this replica's M micro-batches (tokens/targets in
+  // host memory, laid out as loss_and_grads wants: micro-batch j, row r at ((j*B + r)*S + i);
+  // checked against the vocabulary and uploaded here), all-reduces gradients over the
+  // data-parallel group and the loss over everyone. Comm moves backend memory (host backends
+  // here).
   DistStepResult loss_and_grads(const int32_t* tokens, const int32_t* targets,
                                 const ExecutorOptions& opt = {});
   // sqrt of the sum over all stages of the squared gradients (call on every rank after
@@ -59,7 +63,7 @@ class DistStage {
   // pipeline group of replica 0 (for checkpoints); other ranks only send. Collective over the
   // pipeline group.
   void gather_params(Params* full);
-  // The same for the gradients (into full->grads(), by tensor name).
+  // The same for the gradients (into full's gradients, by tensor name).
   void gather_grads(Params* full);
 
   Params& params() { return *params_; }
@@ -75,9 +79,11 @@ class DistStage {
   GridComms& grid_;
   ModelConfig cfg_;
   int64_t b_, s_;
+  Backend& be_;
   std::unique_ptr<Params> params_;
   std::unique_ptr<Model> model_;
   ValueStore store_;
+  TokenBuffer tokens_, targets_;
   std::unique_ptr<StageExecutor> exec_;
 };
 

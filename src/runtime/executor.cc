@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 
 #include "util/error.h"
 
@@ -43,6 +42,7 @@ StageExecutor::StageExecutor(const Schedule& sch, int stage, Comm& pipeline,
       elems_[m.id].push_back(value_elems(v, cfg, tokens_per_mb));
       total += elems_[m.id].back();
     }
+    // The lowering sizes messages at 4 bytes per element (f32), whatever precision runs them.
     if (m.bytes != 0 && m.bytes != total * static_cast<int64_t>(sizeof(float)))
       throw Error("executor: message " + std::to_string(m.id) + " is sized " +
                   std::to_string(m.bytes) + " bytes but its values take " +
@@ -67,33 +67,31 @@ std::string StageExecutor::describe(const Message& m, bool send) const {
          std::to_string(send ? m.dst : m.src);
 }
 
-std::vector<float> StageExecutor::take_buffer(int64_t elems) {
-  // The smallest spare buffer that holds `elems` floats without growing; else the largest one
-  // (it grows once and stays big enough from then on).
-  const size_t n = static_cast<size_t>(elems);
+int64_t StageExecutor::message_bytes(int id, const ValueStore& store) const {
+  int64_t total = 0;
+  for (size_t k = 0; k < values_[id].size(); ++k)
+    total += elems_[id][k] * dtype_bytes(value_dtype(values_[id][k].kind, store.precision()));
+  return total;
+}
+
+RawBuffer StageExecutor::take_buffer(Backend& be, int64_t bytes) {
+  // The smallest spare buffer of this backend that holds `bytes`; else a new one.
   size_t best = spare_.size();
   for (size_t i = 0; i < spare_.size(); ++i) {
-    const size_t cap = spare_[i].capacity();
-    if (cap >= n && (best == spare_.size() || cap < spare_[best].capacity())) best = i;
+    const int64_t cap = spare_[i].bytes();
+    if (spare_[i].backend() == &be && cap >= bytes &&
+        (best == spare_.size() || cap < spare_[best].bytes()))
+      best = i;
   }
-  if (best == spare_.size()) {
-    for (size_t i = 0; i < spare_.size(); ++i)
-      if (best == spare_.size() || spare_[i].capacity() > spare_[best].capacity()) best = i;
-  }
-  std::vector<float> buf;
-  if (best < spare_.size()) {
-    buf = std::move(spare_[best]);
-    spare_[best] = std::move(spare_.back());
-    spare_.pop_back();
-  }
-  buf.resize(n);
+  if (best == spare_.size()) return RawBuffer(be, bytes);
+  be.synchronize();  // copies still queued from its last message finish before it is rewritten
+  RawBuffer buf = std::move(spare_[best]);
+  spare_[best] = std::move(spare_.back());
+  spare_.pop_back();
   return buf;
 }
 
-void StageExecutor::give_buffer(std::vector<float>&& buf) {
-  spare_.push_back(std::move(buf));
-  buf = {};
-}
+void StageExecutor::give_buffer(RawBuffer&& buf) { spare_.push_back(std::move(buf)); }
 
 StageStats StageExecutor::run(ComputeBackend& backend, ValueStore& store,
                               const ExecutorOptions& opt,
@@ -103,6 +101,7 @@ StageStats StageExecutor::run(ComputeBackend& backend, ValueStore& store,
                 " starts a step with values left in its store: " + store.describe());
   StageStats st;
   store.reset_peaks();
+  Backend& mem = store.backend();  // where values and message buffers live
   const Stage& stage = sch_.stages[stage_];
   const double t_start = now_s();
   auto rel = [&](double t) { return t - opt.time_origin; };
@@ -177,9 +176,8 @@ StageStats StageExecutor::run(ComputeBackend& backend, ValueStore& store,
       case OpKind::kSendStart: {
         const Message& m = *by_id_.at(static_cast<size_t>(lo.index));
         Pending& p = sends_[m.id];
-        int64_t total = 0;
-        for (int64_t e : elems_[m.id]) total += e;
-        p.buf = take_buffer(total);
+        const int64_t total = message_bytes(m.id, store);
+        p.buf = take_buffer(mem, total);
         int64_t off = 0;
         for (size_t k = 0; k < values_[m.id].size(); ++k) {
           const Value v = values_[m.id][k];
@@ -188,14 +186,16 @@ StageStats StageExecutor::run(ComputeBackend& backend, ValueStore& store,
                         std::to_string(m.mb) + " with " + std::to_string(store.elems(v, m.mb)) +
                         " elements, message " + std::to_string(m.id) + " expects " +
                         std::to_string(elems_[m.id][k]));
-          std::memcpy(p.buf.data() + off, store.get(v, m.mb),
-                      static_cast<size_t>(elems_[m.id][k]) * sizeof(float));
-          off += elems_[m.id][k];
+          const DataPtr src = store.get(v, m.mb);
+          const int64_t bytes = elems_[m.id][k] * dtype_bytes(src.dtype);
+          mem.copy(static_cast<char*>(p.buf.data()) + off, src.data, bytes);
+          off += bytes;
         }
-        p.req = comm_.isend(p.buf.data(), total * static_cast<int64_t>(sizeof(float)), m.dst, m.tag);
+        mem.synchronize();  // the packed bytes are in place before the transport reads them
+        p.req = comm_.isend(p.buf.data(), total, m.dst, m.tag);
         p.active = true;
         p.posted = now_s();
-        st.bytes_sent += total * static_cast<int64_t>(sizeof(float));
+        st.bytes_sent += total;
         ++st.messages_sent;
         break;
       }
@@ -219,10 +219,9 @@ StageStats StageExecutor::run(ComputeBackend& backend, ValueStore& store,
       case OpKind::kRecvStart: {
         const Message& m = *by_id_.at(static_cast<size_t>(lo.index));
         Pending& p = recvs_[m.id];
-        int64_t total = 0;
-        for (int64_t e : elems_[m.id]) total += e;
-        p.buf = take_buffer(total);
-        p.req = comm_.irecv(p.buf.data(), total * static_cast<int64_t>(sizeof(float)), m.src, m.tag);
+        const int64_t total = message_bytes(m.id, store);
+        p.buf = take_buffer(mem, total);
+        p.req = comm_.irecv(p.buf.data(), total, m.src, m.tag);
         p.active = true;
         p.posted = now_s();
         break;
@@ -240,12 +239,13 @@ StageStats StageExecutor::run(ComputeBackend& backend, ValueStore& store,
         p.active = false;
         int64_t off = 0;
         for (size_t k = 0; k < values_[m.id].size(); ++k) {
-          float* dst = store.create(values_[m.id][k], m.mb, elems_[m.id][k]);
-          std::memcpy(dst, p.buf.data() + off, static_cast<size_t>(elems_[m.id][k]) * sizeof(float));
-          off += elems_[m.id][k];
+          const DataPtr dst = store.create(values_[m.id][k], m.mb, elems_[m.id][k]);
+          const int64_t bytes = elems_[m.id][k] * dtype_bytes(dst.dtype);
+          mem.copy(dst.data, static_cast<const char*>(p.buf.data()) + off, bytes);
+          off += bytes;
         }
         give_buffer(std::move(p.buf));
-        st.bytes_received += off * static_cast<int64_t>(sizeof(float));
+        st.bytes_received += off;
         ++st.messages_received;
         record_transfer(m, /*send=*/false, p.posted, t0, t1);
         break;

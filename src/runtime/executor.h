@@ -4,7 +4,9 @@
 // receive is waited for only right before the op that consumes it, and a send buffer is freed when
 // its send completes. Message tags are the per-link sequence numbers lower() assigns (Message::tag),
 // so they stay far below any MPI tag limit. Every wait carries a watchdog description naming the
-// message, the op it feeds and the peer stage. The stash lives in the backend's ValueStore and
+// message, the op it feeds and the peer stage. Messages are bytes: the values packed back to back in
+// their types (value_dtype) into a buffer of the store's backend memory with backend copies. The
+// stash lives in the ValueStore and
 // follows the recompute policy exactly (the model marks it); its peak is reported per step and must
 // equal the validator's prediction.
 #pragma once
@@ -35,14 +37,17 @@ class ComputeBackend {
                          ValueStore& store) = 0;
 };
 
-// The real model as a backend: micro-batch mb's tokens come from batch_of(mb).
+// The real model as a backend: micro-batch mb's tokens come from batch_of(mb). compute() returns
+// 0: the model adds each head op's loss into backend memory, and the caller reads the step's loss
+// once with Model::take_loss() (DistStage does).
 class ModelBackend : public ComputeBackend {
  public:
   ModelBackend(Model& model, std::function<Batch(int mb)> batch_of)
       : model_(model), batch_of_(std::move(batch_of)) {}
   double compute(const ComputeOp& op, const std::vector<PartContext>& ctx,
                  ValueStore& store) override {
-    return model_.run(op, ctx, store, batch_of_(op.mb));
+    model_.run(op, ctx, store, batch_of_(op.mb));
+    return 0;
   }
   void set_batches(std::function<Batch(int mb)> batch_of) { batch_of_ = std::move(batch_of); }
 
@@ -98,7 +103,7 @@ class StageExecutor {
  private:
   struct Pending {
     Request req;
-    std::vector<float> buf;  // packed values of the message
+    RawBuffer buf;  // packed values of the message, in the store's backend memory
     bool active = false;
     double posted = 0;
   };
@@ -114,11 +119,13 @@ class StageExecutor {
   // Per message id: sizes of its values (elements), in Message::values order.
   std::vector<std::vector<int64_t>> elems_;
   std::vector<std::vector<Value>> values_;
+  // Bytes of a message's values back to back, each in its type under the store's precision.
+  int64_t message_bytes(int id, const ValueStore& store) const;
   // Message buffers are recycled across messages and steps (fresh memory is slow to touch):
   // a completed send or receive gives its buffer back, the next one takes the best fit.
-  std::vector<std::vector<float>> spare_;
-  std::vector<float> take_buffer(int64_t elems);
-  void give_buffer(std::vector<float>&& buf);
+  std::vector<RawBuffer> spare_;
+  RawBuffer take_buffer(Backend& be, int64_t bytes);
+  void give_buffer(RawBuffer&& buf);
   std::vector<Pending> sends_, recvs_;  // indexed by message id (only this stage's are used)
 };
 

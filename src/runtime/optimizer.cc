@@ -58,12 +58,6 @@ LrSchedule LrSchedule::from_json(const nlohmann::json& j, const std::string& whe
   return s;
 }
 
-double sum_squares(const float* x, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
-  return s;
-}
-
 double global_norm_from_partials(std::span<const double> partials) {
   double s = 0;
   for (double p : partials) s += p;
@@ -75,32 +69,6 @@ double clip_factor(double norm, double max_norm) {
   return max_norm / norm;
 }
 
-template <typename T>
-void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, double lr,
-                  const AdamWConfig& cfg, bool decay, int64_t step, double grad_scale) {
-  const double b1 = cfg.beta1, b2 = cfg.beta2;
-  const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step));
-  const double shrink = decay ? 1.0 - lr * cfg.weight_decay : 1.0;
-  const double step_size = lr / bc1;
-  const double inv_sqrt_bc2 = 1.0 / std::sqrt(bc2);
-  for (int64_t i = 0; i < n; ++i) {
-    const double g = static_cast<double>(grad[i]) * grad_scale;
-    const double mi = b1 * static_cast<double>(m[i]) + (1.0 - b1) * g;
-    const double vi = b2 * static_cast<double>(v[i]) + (1.0 - b2) * g * g;
-    m[i] = static_cast<T>(mi);
-    v[i] = static_cast<T>(vi);
-    // Same order as torch.optim.AdamW: decay the weight, then the Adam step.
-    const double denom = std::sqrt(vi) * inv_sqrt_bc2 + cfg.eps;
-    param[i] = static_cast<T>(static_cast<double>(param[i]) * shrink - step_size * mi / denom);
-  }
-}
-
-template void adamw_update<float>(float*, const float*, float*, float*, int64_t, double,
-                                  const AdamWConfig&, bool, int64_t, double);
-template void adamw_update<double>(double*, const double*, double*, double*, int64_t, double,
-                                   const AdamWConfig&, bool, int64_t, double);
-
 int64_t ParamRef::numel() const {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
@@ -109,41 +77,60 @@ int64_t ParamRef::numel() const {
 
 AdamW::Moments& AdamW::moments(const ParamRef& p) {
   Moments& mo = state_[p.name];
-  if (mo.m.empty() && p.numel() > 0) {
-    mo.m.assign(p.numel(), 0.f);
-    mo.v.assign(p.numel(), 0.f);
+  if (!mo.m.data() && p.numel() > 0) {
+    mo.m = Buffer(*be_, p.param.dtype, p.numel());
+    mo.v = Buffer(*be_, p.param.dtype, p.numel());
+    be_->zero(mo.m.data(), mo.m.bytes());
+    be_->zero(mo.v.data(), mo.v.bytes());
   }
-  HP_CHECK(static_cast<int64_t>(mo.m.size()) == p.numel(),
-           "optimizer state for '{}' has {} elements, the parameter {}", p.name, mo.m.size(),
-           p.numel());
+  HP_CHECK(mo.m.elems() == p.numel() && mo.m.dtype() == p.param.dtype,
+           "optimizer state for '{}' has {} {} elements, the parameter {} {}", p.name,
+           mo.m.elems(), dtype_name(mo.m.dtype()), p.numel(), dtype_name(p.param.dtype));
   return mo;
 }
 
 void AdamW::step(std::span<const ParamRef> params, double lr, double grad_scale) {
   ++steps_;
+  Kernels& k = be_->kernels();
   for (const ParamRef& p : params) {
+    if (p.numel() == 0) continue;
     Moments& mo = moments(p);
-    adamw_update(p.param, p.grad, mo.m.data(), mo.v.data(), p.numel(), lr, cfg_,
-                 p.shape.size() >= 2, steps_, grad_scale);
+    const double decay = p.shape.size() >= 2 ? cfg_.weight_decay : 0.0;
+    k.adamw(p.param, p.grad, mo.m.ptr(), mo.v.ptr(), p.numel(), lr, cfg_.beta1, cfg_.beta2,
+            cfg_.eps, decay, steps_, grad_scale, p.weight_copy);
   }
 }
 
 std::vector<StWriteTensor> AdamW::state_tensors(std::span<const ParamRef> params) {
   std::vector<StWriteTensor> out;
+  host_.clear();
+  host_.reserve(2 * params.size());  // the views below point into these: no reallocation
   for (const ParamRef& p : params) {
     Moments& mo = moments(p);
-    out.push_back({"exp_avg." + p.name, StDType::kF32, p.shape, mo.m.data()});
-    out.push_back({"exp_avg_sq." + p.name, StDType::kF32, p.shape, mo.v.data()});
+    HP_CHECK(mo.m.dtype() == DType::kF32, "optimizer state of '{}' is {}; checkpoints hold f32",
+             p.name, dtype_name(mo.m.dtype()));
+    for (const Buffer* b : {&mo.m, &mo.v}) {
+      host_.emplace_back(static_cast<size_t>(p.numel()));
+      if (p.numel() > 0) be_->download(host_.back().data(), b->data(), b->bytes());
+    }
+    out.push_back({"exp_avg." + p.name, StDType::kF32, p.shape, host_[host_.size() - 2].data()});
+    out.push_back({"exp_avg_sq." + p.name, StDType::kF32, p.shape, host_.back().data()});
   }
   return out;
 }
 
 void AdamW::load_state(const SafetensorsReader& file, std::span<const ParamRef> params,
                        int64_t steps) {
+  std::vector<float> host;
   for (const ParamRef& p : params) {
     Moments& mo = moments(p);
-    file.read_f32("exp_avg." + p.name, p.shape, mo.m.data());
-    file.read_f32("exp_avg_sq." + p.name, p.shape, mo.v.data());
+    HP_CHECK(mo.m.dtype() == DType::kF32, "optimizer state of '{}' is {}; checkpoints hold f32",
+             p.name, dtype_name(mo.m.dtype()));
+    host.resize(static_cast<size_t>(p.numel()));
+    for (auto [b, prefix] : {std::pair{&mo.m, "exp_avg."}, {&mo.v, "exp_avg_sq."}}) {
+      file.read_f32(prefix + p.name, p.shape, host.data());
+      if (p.numel() > 0) be_->upload(b->data(), host.data(), b->bytes());
+    }
   }
   steps_ = steps;
 }

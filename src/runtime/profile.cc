@@ -37,8 +37,10 @@ Clock profile_clock(int threads) { return threads == 1 ? thread_cpu_seconds : no
 double timed_run(Model& model, const ComputeOp& op, Recompute policy, TransferMode transfer,
                  ValueStore& store, const Batch& b, Clock clock) {
   const auto ctx = local_contexts(op, policy, transfer);
+  model.backend().synchronize();
   const double t0 = clock();
   model.run(op, ctx, store, b);
+  model.backend().synchronize();  // a device backend only queues the op's kernels
   return clock() - t0;
 }
 
@@ -65,6 +67,7 @@ void one_pass(Model& model, const std::vector<Part>& parts, Recompute policy, Tr
         timed_run(model, single(Dir::kW, *it, policy), policy, transfer, store, b, clock);
   }
   HP_CHECK(store.size() == 0, "profile: values left over after a full pass: {}", store.describe());
+  model.take_loss();  // the head's losses of this pass are not needed
 }
 
 // Seconds to copy `bytes` from one buffer to another (median of a few).
@@ -110,10 +113,10 @@ PartProfile profile_parts(const ModelConfig& cfg_in, const ProfileOptions& opt) 
   cfg.layers = opt.layers;
   cfg.validate();
 
-  auto kernels = make_cpu_kernels(opt.threads);
-  Params params(cfg, Params::all_parts(cfg));
+  auto be = make_cpu_backend(opt.threads);
+  Params params(cfg, Params::all_parts(cfg), *be);
   params.init(opt.seed);
-  Model model(cfg, *kernels, params);
+  Model model(params);
 
   const int64_t n = opt.seq_len * opt.microbatch_size;
   std::vector<int32_t> tokens(static_cast<size_t>(n)), targets(static_cast<size_t>(n));
@@ -124,12 +127,15 @@ PartProfile profile_parts(const ModelConfig& cfg_in, const ProfileOptions& opt) 
   }
   for (int64_t i = 0; i < n; ++i)
     targets[static_cast<size_t>(i)] = tokens[static_cast<size_t>((i + 1) % n)];
-  Batch b{tokens.data(), targets.data(), opt.microbatch_size, opt.seq_len, 1.0 / static_cast<double>(n)};
+  TokenBuffer tok, tgt;
+  tok.upload(*be, tokens, cfg.vocab, "token");
+  tgt.upload(*be, targets, cfg.vocab, "target");
+  Batch b{tok.data(), tgt.data(), opt.microbatch_size, opt.seq_len, 1.0 / static_cast<double>(n)};
 
   std::vector<Part> parts;
   for (int i = 0; i <= 3 * opt.layers + 1; ++i) parts.push_back(Part::from_index(i, opt.layers));
 
-  ValueStore store;
+  ValueStore store(*be);
   std::array<std::array<double, 3>, 5> acc{};
   std::array<std::array<std::vector<double>, 3>, 5> samples;
   std::vector<double> attn_extra;
@@ -180,10 +186,10 @@ StepCheck check_step(const ModelConfig& cfg, const ProfileOptions& opt, const Pa
                      int microbatches) {
   HP_CHECK(microbatches >= 1, "profile: --step-microbatches must be >= 1 (got {})", microbatches);
   cfg.validate();
-  auto kernels = make_cpu_kernels(opt.threads);
-  Params params(cfg, Params::all_parts(cfg));
+  auto be = make_cpu_backend(opt.threads);
+  Params params(cfg, Params::all_parts(cfg), *be);
   params.init(opt.seed);
-  Model model(cfg, *kernels, params);
+  Model model(params);
   const int64_t n = opt.seq_len * opt.microbatch_size * microbatches;
   std::vector<int32_t> tokens(static_cast<size_t>(n)), targets(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -193,14 +199,17 @@ StepCheck check_step(const ModelConfig& cfg, const ProfileOptions& opt, const Pa
   StepOptions so;
   so.recompute = Recompute::kNone;
   so.transfer = opt.transfer;
+  TokenBuffer tok, tgt;
+  tok.upload(*be, tokens, cfg.vocab, "token");
+  tgt.upload(*be, targets, cfg.vocab, "target");
   std::vector<double> t;
-  ValueStore store;
+  ValueStore store(*be);
   for (int r = 0; r < 1 + opt.repeats; ++r) {
     store.clear();
     store.reset_peaks();
     const Clock clock = profile_clock(opt.threads);
     const double t0 = clock();
-    const double loss = loss_and_grads(model, tokens.data(), targets.data(), opt.microbatch_size,
+    const double loss = loss_and_grads(model, tok.data(), tgt.data(), opt.microbatch_size,
                                        opt.seq_len, microbatches, so, &store);
     const double s = clock() - t0;
     HP_CHECK(loss > 0, "profile: step loss {} is not positive", loss);

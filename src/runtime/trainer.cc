@@ -12,8 +12,10 @@ namespace hp {
 std::vector<ParamRef> param_refs(Params& params) {
   std::vector<ParamRef> refs;
   refs.reserve(params.tensors().size());
+  const bool copy = params.precision().weight_copy();
   for (const ParamTensor& t : params.tensors()) {
-    refs.push_back({t.name, t.shape, params.data() + t.offset, params.grads() + t.offset});
+    refs.push_back({t.name, t.shape, params.data().at(t.offset), params.grads().at(t.offset),
+                    copy ? params.compute_data().at(t.offset) : DataPtr()});
   }
   return refs;
 }
@@ -21,9 +23,9 @@ std::vector<ParamRef> param_refs(Params& params) {
 std::vector<double> grad_square_partials(const Params& params) {
   std::vector<double> partials;
   partials.reserve(params.tensors().size());
-  for (const ParamTensor& t : params.tensors()) {
-    partials.push_back(sum_squares(params.grads() + t.offset, t.numel));
-  }
+  Kernels& k = params.backend().kernels();
+  for (const ParamTensor& t : params.tensors())
+    partials.push_back(k.sum_squares(params.grads().at(t.offset), t.numel));
   return partials;
 }
 
@@ -32,21 +34,40 @@ ModelConfig checkpoint_model_config(const CheckpointInfo& info) {
 }
 
 void load_checkpoint_params(const CheckpointInfo& info, Params& params) {
+  HP_CHECK(params.precision().master == DType::kF32,
+           "checkpoints hold f32 weights; load them into f32 master weights (precision fp32 or "
+           "bf16), not {}",
+           dtype_name(params.precision().master));
+  std::vector<float> host = params.host_values<float>();
   load_model_safetensors(info.model_path, params.config(), [&](const std::string& name) -> float* {
-    return params.find(name) ? params.param(name) : nullptr;
+    const ParamTensor* t = params.find(name);
+    return t ? host.data() + t->offset : nullptr;
+  });
+  params.set_values(host);
+}
+
+std::vector<StWriteTensor> params_write_tensors(const Params& params, std::vector<float>& host,
+                                                bool grads) {
+  HP_CHECK(params.precision().master == DType::kF32,
+           "checkpoints hold f32 weights; these are {}", dtype_name(params.precision().master));
+  host = grads ? params.host_grads<float>() : params.host_values<float>();
+  return model_write_tensors(params.config(), [&](const std::string& name) -> const float* {
+    const ParamTensor* t = params.find(name);
+    HP_CHECK(t != nullptr, "cannot write '{}': this process does not hold it", name);
+    return host.data() + t->offset;
   });
 }
 
 void save_training_checkpoint(const std::string& dir, Params& params, AdamW* opt,
                               const TrainState* state) {
   const ModelConfig& cfg = params.config();
+  for (const HfTensorSpec& s : hf_tensor_specs(cfg))
+    HP_CHECK(params.find(s.name) != nullptr,
+             "cannot save '{}': this process does not hold tensor '{}'", dir, s.name);
   CheckpointContents c;
   c.config = model_config_to_hf(cfg);
-  c.model = model_write_tensors(cfg, [&](const std::string& name) -> const float* {
-    HP_CHECK(params.find(name) != nullptr,
-             "cannot save '{}': this process does not hold tensor '{}'", dir, name);
-    return params.param(name);
-  });
+  std::vector<float> host;
+  c.model = params_write_tensors(params, host);
   std::vector<ParamRef> refs;
   if (opt != nullptr) {
     refs = param_refs(params);
@@ -72,15 +93,16 @@ void read_step_batch(const SequenceReader& reader, int64_t first, const StepShap
   reader.read(first, shape.sequences(), wrap, tokens.data(), targets.data());
 }
 
-Trainer::Trainer(const ModelConfig& cfg, KernelsT<float>& kernels, Params& params,
-                 ModelOptions model_opt, StepShape shape, TrainState state)
+Trainer::Trainer(const ModelConfig& cfg, Params& params, ModelOptions model_opt, StepShape shape,
+                 TrainState state)
     : cfg_(cfg),
       params_(params),
-      model_(std::make_unique<Model>(cfg, kernels, params, model_opt)),
+      model_(std::make_unique<Model>(params, model_opt)),
       shape_(shape),
       state_(std::move(state)),
-      opt_(state_.adamw),
-      refs_(param_refs(params)) {
+      opt_(params.backend(), state_.adamw),
+      refs_(param_refs(params)),
+      store_(params.backend(), params.precision()) {
   shape_.validate();
   state_.lr.validate();
   state_.seq_len = shape_.seq_len;
@@ -96,11 +118,14 @@ void Trainer::load_optimizer(const std::string& path) {
 StepRecord Trainer::step(const SequenceReader& data) {
   const auto t0 = std::chrono::steady_clock::now();
   read_step_batch(data, state_.next_sequence, shape_, /*wrap=*/true, tokens_, targets_);
+  Backend& be = params_.backend();
+  tokens_dev_.upload(be, tokens_, cfg_.vocab, "token");
+  targets_dev_.upload(be, targets_, cfg_.vocab, "target");
   params_.zero_grad();
   StepOptions so;
   so.recompute = shape_.recompute;
   const double loss =
-      loss_and_grads(*model_, tokens_.data(), targets_.data(), shape_.microbatch_size,
+      loss_and_grads(*model_, tokens_dev_.data(), targets_dev_.data(), shape_.microbatch_size,
                      shape_.seq_len, static_cast<int>(shape_.microbatches), so, &store_);
   HP_CHECK(store_.size() == 0, "internal: values left in the store after a step: {}",
            store_.describe());

@@ -13,7 +13,7 @@
 #include "checkpoint/checkpoint.h"
 #include "data/batching.h"
 #include "data/token_file.h"
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "model/model.h"
 #include "model/params.h"
 #include "runtime/optimizer.h"
@@ -22,18 +22,26 @@
 
 namespace hp {
 
-// The optimizer's view of every parameter a Params holds (name, shape, value, gradient).
+// The optimizer's view of every parameter a Params holds (name, shape, value, gradient, and the
+// compute-type copy to refresh when the precision keeps one).
 std::vector<ParamRef> param_refs(Params& params);
 
-// Per-tensor sums of squares of the gradients, in tensor order (global_norm_from_partials).
+// Per-tensor sums of squares of the gradients, in tensor order (global_norm_from_partials),
+// computed by the backend's kernels.
 std::vector<double> grad_square_partials(const Params& params);
 
 // config.json of an opened checkpoint as a ModelConfig (model_io rules).
 ModelConfig checkpoint_model_config(const CheckpointInfo& info);
 
 // Loads the tensors `params` holds from the checkpoint's model.safetensors (the other tensors must
-// be in the file but are skipped: a pipeline stage loads its own parts only).
+// be in the file but are skipped: a pipeline stage loads its own parts only), through a host copy
+// of the master weights (f32), and refreshes the compute-type copy.
 void load_checkpoint_params(const CheckpointInfo& info, Params& params);
+
+// The model.safetensors tensors of `params` (which must hold the whole model; f32 master weights
+// or, with grads, their gradients), downloaded into `host`: the views point into it.
+std::vector<StWriteTensor> params_write_tensors(const Params& params, std::vector<float>& host,
+                                                bool grads = false);
 
 // Writes a checkpoint folder: config.json + model.safetensors, plus optimizer.safetensors and
 // trainer_state.json when `opt`/`state` are given. `params` must hold the whole model.
@@ -57,14 +65,16 @@ struct StepShape {
 void read_step_batch(const SequenceReader& reader, int64_t first, const StepShape& shape, bool wrap,
                      std::vector<int32_t>& tokens, std::vector<int32_t>& targets);
 
-// A whole-model training run in one process. Holds the model, parameters, optimizer and state;
-// step() runs one update on the next global batch of the data.
+// A whole-model training run in one process, on the backend and in the precision of its Params.
+// Holds the model, optimizer and state; step() runs one update on the next global batch of the
+// data: the batch is read on the host, checked and uploaded, and the loss and gradient norm are
+// the only values read back.
 class Trainer {
  public:
   // `params` must hold the whole model (Params::all_parts). The state carries the LR schedule,
   // AdamW settings, clip, the data position and history (fresh or from a checkpoint).
-  Trainer(const ModelConfig& cfg, KernelsT<float>& kernels, Params& params, ModelOptions model_opt,
-          StepShape shape, TrainState state);
+  Trainer(const ModelConfig& cfg, Params& params, ModelOptions model_opt, StepShape shape,
+          TrainState state);
 
   // Loads optimizer moments and step count from a checkpoint's optimizer.safetensors.
   void load_optimizer(const std::string& path);
@@ -83,8 +93,8 @@ class Trainer {
   Params& params() { return params_; }
   Model& model() { return *model_; }
   AdamW& optimizer() { return opt_; }
-  // Activations live here across steps: its pool is reused, so steps after the first allocate no
-  // activation buffers (allocations() stays put).
+  // Activations live here across steps (their buffers come back from the backend's cache, so
+  // steps after the first make no system allocations).
   const ValueStore& store() const { return store_; }
 
  private:
@@ -96,6 +106,7 @@ class Trainer {
   AdamW opt_;
   std::vector<ParamRef> refs_;
   std::vector<int32_t> tokens_, targets_;
+  TokenBuffer tokens_dev_, targets_dev_;
   ValueStore store_;
 };
 

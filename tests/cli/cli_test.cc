@@ -105,8 +105,12 @@ Reference reference_grad(const std::string& ckpt, const std::string& data, int64
                          int64_t M) {
   const CheckpointInfo info = open_checkpoint(ckpt);
   const ModelConfig cfg = model_config_from_hf(info.config, "config");
-  Params params(cfg, Params::all_parts(cfg));
-  load_model_safetensors(info.model_path, cfg, [&](const std::string& n) { return params.param(n); });
+  auto be = make_cpu_backend(1);
+  Params params(cfg, Params::all_parts(cfg), *be);
+  std::vector<float> w(static_cast<size_t>(params.size()));
+  load_model_safetensors(info.model_path, cfg,
+                         [&](const std::string& n) { return w.data() + params.tensor(n).offset; });
+  params.set_values(w);
   const std::string bytes = read_file(data);
   std::vector<int32_t> tokens(B * M * S), targets(B * M * S);
   for (int64_t j = 0; j < M; ++j) {
@@ -118,13 +122,16 @@ Reference reference_grad(const std::string& ckpt, const std::string& data, int64
       }
     }
   }
-  auto kernels = make_cpu_kernels(1);
-  Model model(cfg, *kernels, params);
+  Model model(params);
+  TokenBuffer tok, tgt;
+  tok.upload(*be, tokens, cfg.vocab, "token");
+  tgt.upload(*be, targets, cfg.vocab, "target");
   params.zero_grad();
   Reference ref;
-  ref.loss = loss_and_grads(model, tokens.data(), targets.data(), B, S, static_cast<int>(M));
+  ref.loss = loss_and_grads(model, tok.data(), tgt.data(), B, S, static_cast<int>(M));
+  const std::vector<float> grads = params.host_grads<float>();
   for (const ParamTensor& t : params.tensors()) {
-    const float* g = params.grads() + t.offset;
+    const float* g = grads.data() + t.offset;
     ref.grads[t.name].assign(g, g + t.numel);
   }
   return ref;
@@ -147,10 +154,12 @@ TEST_F(CliTest, InitWritesHuggingFaceLayout) {
     EXPECT_EQ(file.tensors()[i].dtype, StDType::kF32);
   }
   // The values are the model's own seeded initialization.
-  Params params(cfg, Params::all_parts(cfg));
+  auto be = make_reference_backend();
+  Params params(cfg, Params::all_parts(cfg), *be);
   params.init(5);
+  const std::vector<float> values = params.host_values<float>();
   for (const ParamTensor& t : params.tensors()) {
-    const std::vector<float> want(params.data() + t.offset, params.data() + t.offset + t.numel);
+    const std::vector<float> want(values.begin() + t.offset, values.begin() + t.offset + t.numel);
     EXPECT_EQ(read_tensor(file, t.name), want) << t.name;
   }
   // Another seed gives other values.

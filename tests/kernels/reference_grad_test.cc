@@ -1,5 +1,6 @@
-// The reference backend in double: every backward against central finite differences of the
-// matching forward (loss = sum of w * output with random w), plus forward facts checked by hand.
+// The reference math in double (ReferenceMath<double>): every backward against central finite
+// differences of the matching forward (loss = sum of w * output with random w), plus forward facts
+// checked by hand.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/kernels.h"
+#include "kernels/reference/reference_math.h"
 #include "util/error.h"
 
 namespace hp {
@@ -52,7 +53,7 @@ void expect_grad(Vec& x, const std::function<double()>& loss, const Vec& grad, c
 
 class ReferenceGrad : public ::testing::Test {
  protected:
-  std::unique_ptr<KernelsT<double>> k_ = make_reference_kernels<double>();
+  std::unique_ptr<ReferenceMath<double>> k_ = std::make_unique<ReferenceMath<double>>();
 };
 
 TEST_F(ReferenceGrad, GemmAllTransposesMatchHandResult) {
@@ -159,7 +160,7 @@ TEST_F(ReferenceGrad, AttentionGqa) {
     const int64_t rows = s.batch * s.seq;
     Vec qkv = random_vec(rows * s.ld_qkv, 6), w = random_vec(rows * s.ld_o, 7);
     Vec o(rows * s.ld_o, 0.0);
-    std::vector<float> lse(s.batch * s.heads * s.seq);
+    Vec lse(s.batch * s.heads * s.seq);
     const int64_t ko = heads * 4, vo = (heads + kv) * 4;
     auto loss = [&] {
       k_->attention_forward(s, qkv.data(), qkv.data() + ko, qkv.data() + vo, o.data(), lse.data());
@@ -192,7 +193,7 @@ TEST_F(ReferenceGrad, AttentionIsCausal) {
   const QkvCase c = make_case(1, 6, 2, 1, 4);
   const int64_t rows = 6;
   Vec qkv = random_vec(rows * c.s.ld_qkv, 8), o1(rows * c.s.ld_o), o2(rows * c.s.ld_o);
-  std::vector<float> lse(12);
+  Vec lse(12);
   k_->attention_forward(c.s, qkv.data(), qkv.data() + 8, qkv.data() + 12, o1.data(), lse.data());
   for (int64_t col = 0; col < c.qkv_cols; ++col) qkv[5 * c.s.ld_qkv + col] += 1.0;  // last token
   k_->attention_forward(c.s, qkv.data(), qkv.data() + 8, qkv.data() + 12, o2.data(), lse.data());
@@ -224,7 +225,7 @@ TEST_F(ReferenceGrad, CrossEntropy) {
   const int64_t rows = 4, vocab = 9, ld = 10;
   Vec logits = random_vec(rows * ld, 12, 3.0);
   const std::vector<int32_t> targets = {0, 8, 3, 3};
-  std::vector<float> lse(rows);
+  Vec lse(rows);
   const double scale = 0.37;
   auto loss = [&] {
     return scale * k_->cross_entropy_forward(logits.data(), ld, targets.data(), rows, vocab,
@@ -279,7 +280,7 @@ TEST_F(ReferenceGrad, AxpySumSquaresAdamW) {
   Vec pw = p, mw = m, vw = v;
   const Vec grads[2] = {{0.3, -2.0}, {-0.1, 0.7}};
   for (int t = 1; t <= 2; ++t) {
-    k_->adamw(p.data(), grads[t - 1].data(), m.data(), v.data(), 2, lr, b1, b2, eps, wd, t);
+    k_->adamw(p.data(), grads[t - 1].data(), m.data(), v.data(), 2, lr, b1, b2, eps, wd, t, 1.0);
     for (int i = 0; i < 2; ++i) {
       const double gi = grads[t - 1][i];
       mw[i] = b1 * mw[i] + (1 - b1) * gi;
@@ -289,7 +290,7 @@ TEST_F(ReferenceGrad, AxpySumSquaresAdamW) {
       EXPECT_NEAR(p[i], pw[i], 1e-12);
     }
   }
-  EXPECT_THROW(k_->adamw(p.data(), grads[0].data(), m.data(), v.data(), 2, lr, b1, b2, eps, wd, 0),
+  EXPECT_THROW(k_->adamw(p.data(), grads[0].data(), m.data(), v.data(), 2, lr, b1, b2, eps, wd, 0, 1.0),
                Error);
 }
 

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "model/model.h"
 
 namespace hp {
@@ -62,8 +62,7 @@ Fixture load(const std::string& name) {
 }
 
 // max |got - want| / max |want| over a tensor.
-template <typename T>
-double rel_err(const T* got, const std::vector<float>& want) {
+double rel_err(const double* got, const std::vector<float>& want) {
   double e = 0, m = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     e = std::max(e, std::abs(static_cast<double>(got[i]) - want[i]));
@@ -72,23 +71,29 @@ double rel_err(const T* got, const std::vector<float>& want) {
   return e / std::max(m, 1e-30);
 }
 
-template <typename T>
-void check(const Fixture& f, KernelsT<T>& kern, StepOptions so, int64_t mlp_chunk, double tol) {
-  ParamsT<T> params(f.cfg, ParamsT<T>::all_parts(f.cfg));
+void check(const Fixture& f, Backend& be, Precision prec, StepOptions so, int64_t mlp_chunk,
+           double tol) {
+  Params params(f.cfg, Params::all_parts(f.cfg), be, prec);
   ASSERT_EQ(params.tensors().size() * 2, f.tensors.size());
+  std::vector<double> w(static_cast<size_t>(params.size()));
   for (const ParamTensor& t : params.tensors()) {
     auto it = f.tensors.find("param." + t.name);
     ASSERT_NE(it, f.tensors.end()) << t.name << " missing from the fixture";
     ASSERT_EQ(f.shapes.at("param." + t.name), t.shape) << t.name;
-    std::copy(it->second.begin(), it->second.end(), params.data() + t.offset);
+    std::copy(it->second.begin(), it->second.end(), w.begin() + t.offset);
   }
-  ModelT<T> model(f.cfg, kern, params, ModelOptions{mlp_chunk, 7});
+  params.set_values(w);
+  Model model(params, ModelOptions{mlp_chunk, 7});
   params.zero_grad();
-  const double loss = loss_and_grads(model, f.tokens.data(), f.targets.data(), f.batch, f.seq,
-                                     f.microbatches, so);
+  TokenBuffer tok, tgt;
+  tok.upload(be, f.tokens, f.cfg.vocab, "token");
+  tgt.upload(be, f.targets, f.cfg.vocab, "target");
+  const double loss =
+      loss_and_grads(model, tok.data(), tgt.data(), f.batch, f.seq, f.microbatches, so);
   EXPECT_LT(std::abs(loss - f.loss) / f.loss, tol) << "loss " << loss << " vs torch " << f.loss;
+  const std::vector<double> g = params.host_grads<double>();
   for (const ParamTensor& t : params.tensors()) {
-    const double e = rel_err(params.grads() + t.offset, f.tensors.at("grad." + t.name));
+    const double e = rel_err(g.data() + t.offset, f.tensors.at("grad." + t.name));
     EXPECT_LT(e, tol) << t.name << " gradient relative error " << e;
   }
 }
@@ -97,22 +102,22 @@ class FixtureTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(FixtureTest, FloatCpuKernelsMatchTorch) {
   Fixture f = load(GetParam());
-  auto kern = make_cpu_kernels(1);
-  check<float>(f, *kern, {}, 0, 1e-5);
-  check<float>(f, *kern, {Recompute::kNoAttn, TransferMode::kWeights}, 5, 1e-5);
+  auto be = make_cpu_backend(1);
+  check(f, *be, Precision::fp32(), {}, 0, 1e-5);
+  check(f, *be, Precision::fp32(), {Recompute::kNoAttn, TransferMode::kWeights}, 5, 1e-5);
 }
 
 TEST_P(FixtureTest, FloatReferenceKernelsMatchTorch) {
   Fixture f = load(GetParam());
-  auto kern = make_reference_kernels<float>();
-  check<float>(f, *kern, {Recompute::kFull, TransferMode::kActivations}, 0, 1e-5);
+  auto be = make_reference_backend();
+  check(f, *be, Precision::fp32(), {Recompute::kFull, TransferMode::kActivations}, 0, 1e-5);
 }
 
 // In double the only differences left are the fixture's float32 rounding of its results.
 TEST_P(FixtureTest, DoubleReferenceKernelsMatchTorchClosely) {
   Fixture f = load(GetParam());
-  auto kern = make_reference_kernels<double>();
-  check<double>(f, *kern, {}, 0, 1e-6);
+  auto be = make_reference_backend();
+  check(f, *be, Precision::fp64(), {}, 0, 1e-6);
 }
 
 INSTANTIATE_TEST_SUITE_P(Torch, FixtureTest, ::testing::Values("gqa_untied", "gqa_tied"));

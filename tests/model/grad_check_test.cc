@@ -1,6 +1,6 @@
 // Every parameter gradient of the whole model (so every part's backward, and the gradients they
-// hand each other) against central finite differences of the loss, in double with the reference
-// kernels.
+// hand each other) against central finite differences of the loss, in double (Precision::fp64())
+// on the reference backend.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,23 +25,26 @@ class GradCheck : public ::testing::TestWithParam<GradCase> {};
 TEST_P(GradCheck, EveryParameterMatchesFiniteDifferences) {
   const GradCase& c = GetParam();
   const ModelConfig cfg = test::tiny_config(c.tied);
-  auto kern = make_reference_kernels<double>();
-  ParamsT<double> params(cfg, ParamsT<double>::all_parts(cfg));
+  auto be = make_reference_backend();
+  Params params(cfg, Params::all_parts(cfg), *be, Precision::fp64());
   test::randomize(params, 7);
-  ModelT<double> model(cfg, *kern, params, ModelOptions{c.mlp_chunk, c.head_chunk});
+  Model model(params, ModelOptions{c.mlp_chunk, c.head_chunk});
   const int64_t B = 2, S = 5;
   const int M = 2;
-  auto tokens = test::random_tokens(B * S * M, cfg.vocab, 11);
-  auto targets = test::random_tokens(B * S * M, cfg.vocab, 12);
+  const TokenBuffer tokens = test::on_backend(*be, test::random_tokens(B * S * M, cfg.vocab, 11),
+                                              cfg.vocab);
+  const TokenBuffer targets = test::on_backend(*be, test::random_tokens(B * S * M, cfg.vocab, 12),
+                                               cfg.vocab);
   StepOptions so{c.policy, c.transfer};
   params.zero_grad();
-  ValueStoreT<double> store;
+  ValueStore store(*be, Precision::fp64());
   const double loss = loss_and_grads(model, tokens.data(), targets.data(), B, S, M, so, &store);
   EXPECT_EQ(store.size(), 0u) << "values left behind: " << store.describe();
   EXPECT_GT(loss, 0.0);
   EXPECT_NEAR(loss, std::log(static_cast<double>(cfg.vocab)), 2.0);  // a sane cross-entropy
 
-  const std::vector<double> grads(params.grads(), params.grads() + params.size());
+  const std::vector<double> grads = params.host_grads<double>();
+  std::vector<double> w = params.host_values<double>();
   auto loss_at = [&]() {
     double total = 0;
     for (int j = 0; j < M; ++j)
@@ -54,13 +57,15 @@ TEST_P(GradCheck, EveryParameterMatchesFiniteDifferences) {
   for (const ParamTensor& t : params.tensors()) {
     double max_err = 0, max_ref = 0;
     for (int64_t i = 0; i < t.numel; ++i) {
-      double& w = params.data()[t.offset + i];
-      const double w0 = w;
-      w = w0 + eps;
+      const double w0 = w[t.offset + i];
+      w[t.offset + i] = w0 + eps;
+      params.set_values(w);
       const double lp = loss_at();
-      w = w0 - eps;
+      w[t.offset + i] = w0 - eps;
+      params.set_values(w);
       const double lm = loss_at();
-      w = w0;
+      w[t.offset + i] = w0;
+      params.set_values(w);
       const double fd = (lp - lm) / (2 * eps);
       max_err = std::max(max_err, std::abs(fd - grads[t.offset + i]));
       max_ref = std::max(max_ref, std::abs(fd));

@@ -31,14 +31,23 @@ inline std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t see
 }
 
 // Parameters not at their init values (norm gains away from 1) so every gradient term matters.
-template <typename T>
-void randomize(ParamsT<T>& p, uint64_t seed, double scale = 0.3) {
+// Drawn in double whatever the master type.
+inline void randomize(Params& p, uint64_t seed, double scale = 0.3) {
   Rng r(seed);
+  std::vector<double> host(static_cast<size_t>(p.size()));
   for (const ParamTensor& t : p.tensors()) {
-    T* d = p.data() + t.offset;
+    double* d = host.data() + t.offset;
     for (int64_t i = 0; i < t.numel; ++i)
-      d[i] = static_cast<T>(t.shape.size() == 1 ? 1.0 + 0.2 * r.normal() : scale * r.normal());
+      d[i] = t.shape.size() == 1 ? 1.0 + 0.2 * r.normal() : scale * r.normal();
   }
+  p.set_values(host);  // converted to the master type
+}
+
+// Token ids in the backend's memory (checked against the vocabulary).
+inline TokenBuffer on_backend(Backend& be, const std::vector<int32_t>& ids, int64_t vocab) {
+  TokenBuffer b;
+  b.upload(be, ids, vocab, "token");
+  return b;
 }
 
 // The model split into ops at the given cut points: cuts are part indices (model order) where a
@@ -69,8 +78,7 @@ inline ComputeOp make_op(Dir dir, int mb, std::vector<Part> parts, Recompute pol
   return op;
 }
 
-template <typename T>
-std::vector<PartContext> contexts(const ComputeOp& op, const SplitRun& r) {
+inline std::vector<PartContext> contexts(const ComputeOp& op, const SplitRun& r) {
   auto ctx = local_contexts(op, r.policy, r.transfer);
   if (!r.remote_attn) return ctx;
   for (size_t i = 0; i < op.parts.size(); ++i) {
@@ -84,33 +92,34 @@ std::vector<PartContext> contexts(const ComputeOp& op, const SplitRun& r) {
 }
 
 // Runs micro-batches j = 0..M-1 (F ops in order, then the backward ops in reverse), like
-// loss_and_grads. Returns the summed loss. `after_forward` sees the store after each F pass.
-template <typename T, typename Hook>
-double run_split(ModelT<T>& model, ValueStoreT<T>& store, const std::vector<std::vector<Part>>& ops,
+// loss_and_grads; tokens and targets are backend memory. Returns the summed loss.
+// `after_forward` sees the store after each F pass.
+template <typename Hook>
+double run_split(Model& model, ValueStore& store, const std::vector<std::vector<Part>>& ops,
                  const SplitRun& r, const int32_t* tokens, const int32_t* targets, int64_t batch,
                  int64_t seq, int M, Hook after_forward) {
   const double scale = 1.0 / static_cast<double>(batch * seq * M);
-  double loss = 0;
+  model.take_loss();
   for (int j = 0; j < M; ++j) {
     Batch b{tokens + j * batch * seq, targets + j * batch * seq, batch, seq, scale};
     for (const auto& parts : ops) {
       ComputeOp op = make_op(Dir::kF, j, parts, r.policy);
-      loss += model.run(op, contexts<T>(op, r), store, b);
+      model.run(op, contexts(op, r), store, b);
     }
     after_forward(store);
     for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
       if (!r.split_backward) {
         ComputeOp op = make_op(Dir::kB, j, *it, r.policy);
-        model.run(op, contexts<T>(op, r), store, b);
+        model.run(op, contexts(op, r), store, b);
       } else {
         ComputeOp i_op = make_op(Dir::kI, j, *it, r.policy);
-        model.run(i_op, contexts<T>(i_op, r), store, b);
+        model.run(i_op, contexts(i_op, r), store, b);
         ComputeOp w_op = make_op(Dir::kW, j, *it, r.policy);
-        model.run(w_op, contexts<T>(w_op, r), store, b);
+        model.run(w_op, contexts(w_op, r), store, b);
       }
     }
   }
-  return loss;
+  return model.take_loss();
 }
 
 }  // namespace hp::test

@@ -4,19 +4,21 @@
 // reads its output X:l+1, skips the down projection.
 #include <gtest/gtest.h>
 
-#include "kernels/reference/reference_kernels.h"
+#include "forwarding_backend.h"
 #include "model_test_util.h"
 
 namespace hp {
 namespace {
 
 // The reference kernels, counting 2*M*N*K per GEMM while `on`.
-class CountingKernels : public ReferenceKernels<float> {
+class CountingKernels : public test::ForwardingKernels {
  public:
-  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) override {
+  using ForwardingKernels::ForwardingKernels;
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, ConstDataPtr A,
+            int64_t lda, ConstDataPtr B, int64_t ldb, double beta, DataPtr C,
+            int64_t ldc) override {
     if (on) flops += 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-    ReferenceKernels<float>::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    ForwardingKernels::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
   bool on = false;
   double flops = 0;
@@ -25,29 +27,32 @@ class CountingKernels : public ReferenceKernels<float> {
 // GEMM FLOPs of the I op of each op in `ops` (one micro-batch, split backward) under `policy`.
 std::vector<double> i_op_flops(const ModelConfig& cfg, const std::vector<std::vector<Part>>& ops,
                                Recompute policy, int64_t S) {
-  CountingKernels k;
-  Params params(cfg, Params::all_parts(cfg));
+  auto ref = make_reference_backend();
+  CountingKernels k(ref->kernels());
+  test::ForwardingBackend be(*ref, k);
+  Params params(cfg, Params::all_parts(cfg), be);
   test::randomize(params, 3);
-  Model model(cfg, k, params, ModelOptions{4, 4});  // MLP chunks of 4 rows: several chunks
-  ValueStore store;
-  const auto tokens = test::random_tokens(S, cfg.vocab, 1), targets = test::random_tokens(S, cfg.vocab, 2);
+  Model model(params, ModelOptions{4, 4});  // MLP chunks of 4 rows: several chunks
+  ValueStore store(be);
+  const TokenBuffer tokens = test::on_backend(be, test::random_tokens(S, cfg.vocab, 1), cfg.vocab);
+  const TokenBuffer targets = test::on_backend(be, test::random_tokens(S, cfg.vocab, 2), cfg.vocab);
   Batch b{tokens.data(), targets.data(), 1, S, 1.0 / static_cast<double>(S)};
   test::SplitRun r;
   r.policy = policy;
   for (const auto& parts : ops) {
     ComputeOp op = test::make_op(Dir::kF, 0, parts, policy);
-    model.run(op, test::contexts<float>(op, r), store, b);
+    model.run(op, test::contexts(op, r), store, b);
   }
   std::vector<double> out(ops.size(), 0.0);
   for (size_t i = ops.size(); i-- > 0;) {
     ComputeOp iop = test::make_op(Dir::kI, 0, ops[i], policy);
     k.flops = 0;
     k.on = true;
-    model.run(iop, test::contexts<float>(iop, r), store, b);
+    model.run(iop, test::contexts(iop, r), store, b);
     k.on = false;
     out[i] = k.flops;
     ComputeOp wop = test::make_op(Dir::kW, 0, ops[i], policy);
-    model.run(wop, test::contexts<float>(wop, r), store, b);
+    model.run(wop, test::contexts(wop, r), store, b);
   }
   EXPECT_EQ(store.size(), 0u) << store.describe();
   return out;

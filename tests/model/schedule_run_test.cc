@@ -48,31 +48,35 @@ TEST_P(ScheduleRun, StashFollowsTheValidatorAndGradientsMatchOneProcess) {
   ASSERT_TRUE(rep.ok()) << rep.text(sch);
   lower(sch, &cfg, B * S);
   const int p = sch.num_stages, M = sch.microbatches;
-  auto tokens = test::random_tokens(B * S * M, cfg.vocab, 31);
-  auto targets = test::random_tokens(B * S * M, cfg.vocab, 32);
-  auto kern = make_reference_kernels<float>();
+  auto be = make_reference_backend();
+  const TokenBuffer tokens =
+      test::on_backend(*be, test::random_tokens(B * S * M, cfg.vocab, 31), cfg.vocab);
+  const TokenBuffer targets =
+      test::on_backend(*be, test::random_tokens(B * S * M, cfg.vocab, 32), cfg.vocab);
 
   // One process reference.
-  Params ref(cfg, Params::all_parts(cfg));
+  Params ref(cfg, Params::all_parts(cfg), *be);
   test::randomize(ref, 9);
-  Model ref_model(cfg, *kern, ref);
+  Model ref_model(ref);
   const double ref_loss = loss_and_grads(ref_model, tokens.data(), targets.data(), B, S, M);
 
   // Per stage: the parts it runs, its params (copied from the reference values), its store.
   ScheduleIndex index(sch);
   std::vector<std::unique_ptr<Params>> params;
   std::vector<std::unique_ptr<Model>> models;
-  std::vector<ValueStore> stores(static_cast<size_t>(p));
+  std::vector<std::unique_ptr<ValueStore>> stores;
   for (int st = 0; st < p; ++st) {
     std::set<Part> parts;
     for (const ComputeOp& op : sch.stages[st].ops) parts.insert(op.parts.begin(), op.parts.end());
-    params.push_back(std::make_unique<Params>(cfg, std::vector<Part>(parts.begin(), parts.end())));
+    params.push_back(
+        std::make_unique<Params>(cfg, std::vector<Part>(parts.begin(), parts.end()), *be));
     params.back()->copy_from(ref);
-    models.push_back(std::make_unique<Model>(cfg, *kern, *params.back()));
+    models.push_back(std::make_unique<Model>(*params.back()));
+    stores.push_back(std::make_unique<ValueStore>(*be));
   }
   std::map<int, const Message*> by_id;
   for (const Message& m : sch.messages) by_id[m.id] = &m;
-  std::map<int, std::vector<std::vector<float>>> mailbox;  // message id -> value payloads
+  std::map<int, std::vector<std::vector<float>>> mailbox;  // message id -> value payloads (host)
   std::vector<size_t> pc(static_cast<size_t>(p), 0);       // next lowered op per stage
   std::vector<int> compute_done(static_cast<size_t>(p), 0);
   std::vector<std::vector<std::vector<StashItem>>> traces;
@@ -86,14 +90,14 @@ TEST_P(ScheduleRun, StashFollowsTheValidatorAndGradientsMatchOneProcess) {
       const auto& lowered = sch.stages[st].lowered;
       while (pc[st] < lowered.size()) {
         const LoweredOp& lo = lowered[pc[st]];
-        ValueStore& store = stores[st];
+        ValueStore& store = *stores[st];
         if (lo.kind == OpKind::kCompute) {
           const ComputeOp& op = sch.stages[st].ops[lo.index];
           std::vector<PartContext> ctx;
           for (size_t k = 0; k < op.parts.size(); ++k)
             ctx.push_back(index.context(st, lo.index, static_cast<int>(k)));
           Batch b{tokens.data() + op.mb * B * S, targets.data() + op.mb * B * S, B, S, scale};
-          loss += models[st]->run(op, ctx, store, b);
+          models[st]->run(op, ctx, store, b);
           // The stash now, as a sorted set of (value, mb), against the validator's trace.
           std::vector<StashItem> have;
           for (auto [v, mb] : store.keys())
@@ -114,8 +118,9 @@ TEST_P(ScheduleRun, StashFollowsTheValidatorAndGradientsMatchOneProcess) {
             std::vector<std::vector<float>> payload;
             for (const std::string& name : m.values) {
               const Value v = Value::parse(name);
-              const float* src = store.get(v, m.mb);
-              payload.emplace_back(src, src + store.elems(v, m.mb));
+              payload.emplace_back(static_cast<size_t>(store.elems(v, m.mb)));
+              be->download(payload.back().data(), store.get(v, m.mb).data,
+                           store.elems(v, m.mb) * 4);
             }
             mailbox[m.id] = std::move(payload);
           } else if (lo.kind == OpKind::kSendWait) {
@@ -126,8 +131,8 @@ TEST_P(ScheduleRun, StashFollowsTheValidatorAndGradientsMatchOneProcess) {
             for (size_t i = 0; i < m.values.size(); ++i) {
               const Value v = Value::parse(m.values[i]);
               const auto& data = it->second[i];
-              float* dst = store.create(v, m.mb, static_cast<int64_t>(data.size()));
-              std::copy(data.begin(), data.end(), dst);
+              const DataPtr dst = store.create(v, m.mb, static_cast<int64_t>(data.size()));
+              be->upload(dst.data, data.data(), static_cast<int64_t>(data.size()) * 4);
             }
             mailbox.erase(it);
           }
@@ -139,20 +144,23 @@ TEST_P(ScheduleRun, StashFollowsTheValidatorAndGradientsMatchOneProcess) {
   }
   for (int st = 0; st < p; ++st) {
     ASSERT_EQ(pc[st], sch.stages[st].lowered.size()) << "stage " << st << " stuck";
-    EXPECT_EQ(stores[st].size(), 0u) << "stage " << st << " left " << stores[st].describe();
-    EXPECT_EQ(stores[st].peak_stash_bytes(), rep.peak_stash_bytes[st]) << "stage " << st;
+    EXPECT_EQ(stores[st]->size(), 0u) << "stage " << st << " left " << stores[st]->describe();
+    EXPECT_EQ(stores[st]->peak_stash_bytes(), rep.peak_stash_bytes[st]) << "stage " << st;
+    loss += models[st]->take_loss();
   }
   EXPECT_NEAR(loss, ref_loss, 1e-6 * std::abs(ref_loss));
   // Every gradient, by name, from the stage that holds it.
   int seen = 0;
+  const std::vector<float> ref_grads = ref.host_grads<float>();
   for (const auto& sp : params) {
+    const std::vector<float> grads = sp->host_grads<float>();
     for (const ParamTensor& t : sp->tensors()) {
       const ParamTensor* r = ref.find(t.name);
       ASSERT_TRUE(r);
       double err = 0, mx = 0;
       for (int64_t i = 0; i < t.numel; ++i) {
-        err = std::max(err, std::abs(double(sp->grads()[t.offset + i]) - ref.grads()[r->offset + i]));
-        mx = std::max(mx, std::abs(double(ref.grads()[r->offset + i])));
+        err = std::max(err, std::abs(double(grads[t.offset + i]) - ref_grads[r->offset + i]));
+        mx = std::max(mx, std::abs(double(ref_grads[r->offset + i])));
       }
       EXPECT_LE(err, 1e-5 * mx) << t.name;
       ++seen;

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "model/model.h"
 #include "runtime/decoder.h"
 #include "util/error.h"
@@ -14,21 +14,26 @@ namespace hp {
 namespace {
 
 void check_against_model(ModelConfig cfg, int64_t seq) {
-  Params params(cfg, Params::all_parts(cfg));
+  auto be = make_cpu_backend(1);
+  Params params(cfg, Params::all_parts(cfg), *be);
   params.init(21);
   // Non-trivial norm gains, so a gain applied to the wrong thing shows.
   Rng rng(5);
+  std::vector<float> values = params.host_values<float>();
   for (const ParamTensor& t : params.tensors()) {
     if (t.shape.size() == 1) {
-      for (int64_t i = 0; i < t.numel; ++i) params.data()[t.offset + i] = 0.5f + static_cast<float>(rng.uniform());
+      for (int64_t i = 0; i < t.numel; ++i)
+        values[t.offset + i] = 0.5f + static_cast<float>(rng.uniform());
     }
   }
+  params.set_values(values);
   std::vector<int32_t> tokens(seq);
   for (auto& t : tokens) t = static_cast<int32_t>(rng.uniform() * static_cast<double>(cfg.vocab));
-  auto kernels = make_cpu_kernels(1);
-  Model model(cfg, *kernels, params);
+  Model model(params);
+  TokenBuffer tok;
+  tok.upload(*be, tokens, cfg.vocab, "token");
   std::vector<float> want(seq * cfg.vocab);
-  forward_logits(model, tokens.data(), 1, seq, want.data(), /*last_only=*/false);
+  forward_logits(model, tok.data(), 1, seq, want.data(), /*last_only=*/false);
   IncrementalDecoder dec(params, seq);
   for (int64_t p = 0; p < seq; ++p) {
     const auto got = dec.push(tokens[p]);

@@ -8,7 +8,7 @@
 #include <mutex>
 
 #include "comm/local_comm.h"
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "../model/model_test_util.h"
 #include "runtime/dist_step.h"
 #include "runtime/trainer.h"
@@ -61,26 +61,30 @@ TEST_P(ExecutorRun, LossAndGradientsMatchOneProcessAndStashMatchesValidator) {
   // Replica d takes micro-batches d*M .. d*M+M-1 of one batch of D*M; the reference runs all D*M.
   auto tokens = test::random_tokens(B * S * M * D, cfg.vocab, 41);
   auto targets = test::random_tokens(B * S * M * D, cfg.vocab, 42);
-  auto kern = make_reference_kernels<float>();
-  Params ref(cfg, Params::all_parts(cfg));
+  auto ref_be = make_reference_backend();
+  Params ref(cfg, Params::all_parts(cfg), *ref_be);
   test::randomize(ref, 7);
-  Model ref_model(cfg, *kern, ref);
-  const double ref_loss = loss_and_grads(ref_model, tokens.data(), targets.data(), B, S, M * D);
+  Model ref_model(ref);
+  const TokenBuffer ref_tok = test::on_backend(*ref_be, tokens, cfg.vocab);
+  const TokenBuffer ref_tgt = test::on_backend(*ref_be, targets, cfg.vocab);
+  const double ref_loss = loss_and_grads(ref_model, ref_tok.data(), ref_tgt.data(), B, S, M * D);
+  const std::vector<float> ref_grads = ref.host_grads<float>();
 
   LocalWorld world(D * P, CommOptions{20, false});
   std::mutex mu;
   std::vector<RankResult> results;
   world.run([&](Comm& comm) {
     GridComms grid = split_grid(comm, D, P);
-    auto k = make_reference_kernels<float>();
-    DistStage stage(sch, grid, cfg, *k, B, S);
+    auto be = make_reference_backend();
+    DistStage stage(sch, grid, cfg, *be, B, S);
     stage.params().copy_from(ref);
     const int64_t off = static_cast<int64_t>(grid.d) * M * B * S;
     DistStepResult r = stage.loss_and_grads(tokens.data() + off, targets.data() + off);
     RankResult rr{grid.d, grid.p, r.loss, r.stats, {}};
+    const std::vector<float> g = stage.params().host_grads<float>();
     for (const ParamTensor& t : stage.params().tensors())
-      rr.grads.emplace_back(t.name, std::vector<float>(stage.params().grads() + t.offset,
-                                                       stage.params().grads() + t.offset + t.numel));
+      rr.grads.emplace_back(t.name, std::vector<float>(g.begin() + t.offset,
+                                                       g.begin() + t.offset + t.numel));
     std::lock_guard<std::mutex> lock(mu);
     results.push_back(std::move(rr));
   });
@@ -99,10 +103,10 @@ TEST_P(ExecutorRun, LossAndGradientsMatchOneProcessAndStashMatchesValidator) {
       double err = 0, mx = 0;
       bool same = true;
       for (int64_t i = 0; i < t->numel; ++i) {
-        const double want = ref.grads()[t->offset + i];
+        const double want = ref_grads[t->offset + i];
         err = std::max(err, std::abs(double(g[i]) - want));
         mx = std::max(mx, std::abs(want));
-        same = same && g[i] == ref.grads()[t->offset + i];
+        same = same && g[i] == ref_grads[t->offset + i];
       }
       ASSERT_GT(mx, 0) << name << " has a zero reference gradient (test too weak)";
       EXPECT_LE(err, 1e-6 * mx) << name << " on stage " << rr.p << " replica " << rr.d;
@@ -165,8 +169,8 @@ TEST(Executor, WatchdogNamesMessageOpAndPeer) {
     world.run([&](Comm& comm) {
       GridComms grid = split_grid(comm, 1, 2);
       if (grid.p == 1) return;  // stage 1 never runs its ops
-      auto k = make_reference_kernels<float>();
-      DistStage stage(sch, grid, cfg, *k, B, S);
+      auto be = make_reference_backend();
+      DistStage stage(sch, grid, cfg, *be, B, S);
       stage.params().init(1);
       stage.loss_and_grads(tokens.data(), tokens.data());
     });
@@ -203,29 +207,33 @@ void multi_step(const std::string& name, int D, int P, int M, int folds, bool bi
   auto tokens = test::random_tokens(B * S * M * D * steps, cfg.vocab, 61);
   auto targets = test::random_tokens(B * S * M * D * steps, cfg.vocab, 62);
   const double lr = 1e-2, clip = 0;  // no clipping: the norm's summation order is not the point
-  auto kern = make_reference_kernels<float>();
-  Params ref(cfg, Params::all_parts(cfg));
+  auto ref_be = make_reference_backend();
+  Params ref(cfg, Params::all_parts(cfg), *ref_be);
   ref.init(4);
-  Model ref_model(cfg, *kern, ref);
-  AdamW ref_opt;
+  Model ref_model(ref);
+  AdamW ref_opt(*ref_be);
   std::vector<double> ref_losses;
   std::vector<ParamRef> refs = param_refs(ref);
+  const TokenBuffer ref_tok = test::on_backend(*ref_be, tokens, cfg.vocab);
+  const TokenBuffer ref_tgt = test::on_backend(*ref_be, targets, cfg.vocab);
   for (int s = 0; s < steps; ++s) {
     ref.zero_grad();
     const int64_t off = static_cast<int64_t>(s) * B * S * M * D;
-    ref_losses.push_back(loss_and_grads(ref_model, tokens.data() + off, targets.data() + off, B, S, M * D));
+    ref_losses.push_back(
+        loss_and_grads(ref_model, ref_tok.data() + off, ref_tgt.data() + off, B, S, M * D));
     ref_opt.step(refs, lr, 1.0);
   }
   std::mutex mu;
-  Params full(cfg, Params::all_parts(cfg));
+  auto full_be = make_reference_backend();
+  Params full(cfg, Params::all_parts(cfg), *full_be);
   std::vector<double> losses;
   LocalWorld world(D * P);
   world.run([&](Comm& comm) {
     GridComms grid = split_grid(comm, D, P);
-    auto k = make_reference_kernels<float>();
-    DistStage stage(sch, grid, cfg, *k, B, S);
+    auto be = make_reference_backend();
+    DistStage stage(sch, grid, cfg, *be, B, S);
     stage.params().init(4);
-    AdamW opt;
+    AdamW opt(*be);
     for (int s = 0; s < steps; ++s) {
       const int64_t off = (static_cast<int64_t>(s) * D + grid.d) * B * S * M;
       DistStepResult r = stage.loss_and_grads(tokens.data() + off, targets.data() + off);
@@ -242,9 +250,10 @@ void multi_step(const std::string& name, int D, int P, int M, int folds, bool bi
     EXPECT_NEAR(losses[s], ref_losses[s], 1e-6 * std::abs(ref_losses[s])) << "step " << s;
   }
   double err = 0, mx = 0;
+  const std::vector<float> got = full.host_values<float>(), want = ref.host_values<float>();
   for (int64_t i = 0; i < ref.size(); ++i) {
-    err = std::max(err, std::abs(double(full.data()[i]) - ref.data()[i]));
-    mx = std::max(mx, std::abs(double(ref.data()[i])));
+    err = std::max(err, std::abs(double(got[i]) - want[i]));
+    mx = std::max(mx, std::abs(double(want[i])));
   }
   if (bitwise) {
     EXPECT_EQ(err, 0);
@@ -276,8 +285,8 @@ TEST(Executor, RecordsTimeline) {
   LocalWorld world(2);
   world.run([&](Comm& comm) {
     GridComms grid = split_grid(comm, 1, 2);
-    auto k = make_reference_kernels<float>();
-    DistStage stage(sch, grid, cfg, *k, B, S);
+    auto be = make_reference_backend();
+    DistStage stage(sch, grid, cfg, *be, B, S);
     stage.params().init(2);
     stage.loss_and_grads(tokens.data(), tokens.data(), ExecutorOptions{&tls[grid.p], origin});
   });

@@ -15,7 +15,7 @@
 #include <cmath>
 
 #include "comm/mpi_comm.h"
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "../model/model_test_util.h"
 #include "runtime/dist_step.h"
 #include "schedule/generate.h"
@@ -49,33 +49,37 @@ void run_case(const Case& c) {
   lower(sch, &cfg, B * S);
   auto tokens = test::random_tokens(B * S * M * D, cfg.vocab, 51);
   auto targets = test::random_tokens(B * S * M * D, cfg.vocab, 52);
-  auto kern = make_reference_kernels<float>();
-  Params ref(cfg, Params::all_parts(cfg));
+  auto be = make_reference_backend();
+  Params ref(cfg, Params::all_parts(cfg), *be);
   test::randomize(ref, 5);
-  Model ref_model(cfg, *kern, ref);
-  const double ref_loss = loss_and_grads(ref_model, tokens.data(), targets.data(), B, S, M * D);
+  Model ref_model(ref);
+  const TokenBuffer ref_tok = test::on_backend(*be, tokens, cfg.vocab);
+  const TokenBuffer ref_tgt = test::on_backend(*be, targets, cfg.vocab);
+  const double ref_loss = loss_and_grads(ref_model, ref_tok.data(), ref_tgt.data(), B, S, M * D);
+  const std::vector<float> ref_grads = ref.host_grads<float>();
 
   GridComms grid = split_grid(world, D, P);
-  DistStage stage(sch, grid, cfg, *kern, B, S);
+  DistStage stage(sch, grid, cfg, *be, B, S);
   stage.params().copy_from(ref);
   const int64_t off = static_cast<int64_t>(grid.d) * M * B * S;
   DistStepResult r = stage.loss_and_grads(tokens.data() + off, targets.data() + off);
   EXPECT_NEAR(r.loss, ref_loss, 1e-6 * std::abs(ref_loss));
   EXPECT_EQ(r.stats.peak_stash_bytes, rep.peak_stash_bytes[grid.p]) << "stage " << grid.p;
+  const std::vector<float> grads = stage.params().host_grads<float>();
   for (const ParamTensor& t : stage.params().tensors()) {
     const ParamTensor* rt = ref.find(t.name);
     ASSERT_TRUE(rt);
     double err = 0, mx = 0;
     for (int64_t i = 0; i < t.numel; ++i) {
-      const double want = ref.grads()[rt->offset + i];
-      err = std::max(err, std::abs(double(stage.params().grads()[t.offset + i]) - want));
+      const double want = ref_grads[rt->offset + i];
+      err = std::max(err, std::abs(double(grads[t.offset + i]) - want));
       mx = std::max(mx, std::abs(want));
     }
     EXPECT_LE(err, 1e-6 * mx) << t.name << " on world rank " << world.rank();
   }
   // The global norm agrees with the one-process gradient's.
   double ss = 0;
-  for (int64_t i = 0; i < ref.size(); ++i) ss += double(ref.grads()[i]) * ref.grads()[i];
+  for (float g : ref_grads) ss += double(g) * g;
   EXPECT_NEAR(stage.global_grad_norm(), std::sqrt(ss), 1e-6 * std::sqrt(ss));
 }
 
@@ -126,8 +130,8 @@ int run_failure_mode(Comm& world, const std::string& mode) {
   Schedule sch = generate(ScheduleSpec{"helix", 4, 4, 4, 1, 1, Recompute::kNoAttn});
   lower(sch, &cfg, B * S);
   GridComms grid = split_grid(world, 1, 4);
-  auto kern = make_reference_kernels<float>();
-  DistStage stage(sch, grid, cfg, *kern, B, S);
+  auto be = make_reference_backend();
+  DistStage stage(sch, grid, cfg, *be, B, S);
   stage.params().init(1);
   auto tokens = test::random_tokens(B * S * 4, cfg.vocab, 1);
   world.barrier();

@@ -1,5 +1,5 @@
-// AdamW against a hand-written double reference, the LR schedule, clipping, optimizer state
-// round trip, sampling and the progress/SVG helpers.
+// AdamW (through the backends' kernels) against a hand-written double reference, the LR schedule,
+// clipping, optimizer state round trip, sampling and the progress/SVG helpers.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "kernels/cpu_kernels.h"
 #include "runtime/optimizer.h"
 #include "runtime/progress.h"
 #include "runtime/sampling.h"
@@ -34,16 +35,15 @@ struct RefAdamW {
 
 TEST(AdamW, FirstStepByHand) {
   // Step 1 without decay: m_hat = g, v_hat = g^2, so p moves by lr * g / (|g| + eps).
+  auto k = make_reference_kernels();
   double p = 1.0, g = 0.5, m = 0, v = 0;
-  AdamWConfig cfg{0.9, 0.999, 1e-8, 0.0};
-  adamw_update(&p, &g, &m, &v, 1, 0.1, cfg, true, 1, 1.0);
+  k->adamw(&p, &g, &m, &v, 1, 0.1, 0.9, 0.999, 1e-8, 0.0, 1, 1.0, DataPtr());
   EXPECT_NEAR(p, 1.0 - 0.1 * 0.5 / (0.5 + 1e-8), 1e-15);
   EXPECT_NEAR(m, 0.05, 1e-15);
   EXPECT_NEAR(v, 0.001 * 0.25, 1e-15);
   // With decay 0.1 (decoupled): first shrink by lr*wd, then the same step.
   p = 1.0, m = 0, v = 0;
-  cfg.weight_decay = 0.1;
-  adamw_update(&p, &g, &m, &v, 1, 0.1, cfg, true, 1, 1.0);
+  k->adamw(&p, &g, &m, &v, 1, 0.1, 0.9, 0.999, 1e-8, 0.1, 1, 1.0, DataPtr());
   EXPECT_NEAR(p, 1.0 * (1 - 0.01) - 0.1 * 0.5 / (0.5 + 1e-8), 1e-15);
 }
 
@@ -53,6 +53,8 @@ TEST(AdamW, MatchesReferenceOverManySteps) {
   std::vector<double> p(n), m(n, 0), v(n, 0), g(n);
   std::vector<float> pf(n), mf(n, 0), vf(n, 0), gf(n);
   std::vector<RefAdamW> ref(n);
+  auto ref64 = make_reference_kernels();
+  auto cpu = make_cpu_kernels(1);
   Rng rng(3);
   for (int i = 0; i < n; ++i) ref[i].p = p[i] = pf[i] = static_cast<float>(rng.normal());
   for (int t = 1; t <= steps; ++t) {
@@ -63,13 +65,15 @@ TEST(AdamW, MatchesReferenceOverManySteps) {
       gf[i] = static_cast<float>(g[i]);
       ref[i].step(g[i] * scale, lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, t);
     }
-    adamw_update(p.data(), g.data(), m.data(), v.data(), n, lr, cfg, true, t, scale);
-    adamw_update(pf.data(), gf.data(), mf.data(), vf.data(), n, lr, cfg, true, t, scale);
+    ref64->adamw(p.data(), g.data(), m.data(), v.data(), n, lr, cfg.beta1, cfg.beta2, cfg.eps,
+                 cfg.weight_decay, t, scale, DataPtr());
+    cpu->adamw(pf.data(), gf.data(), mf.data(), vf.data(), n, lr, cfg.beta1, cfg.beta2, cfg.eps,
+               cfg.weight_decay, t, scale, DataPtr());
   }
   for (int i = 0; i < n; ++i) {
     EXPECT_NEAR(p[i], ref[i].p, 1e-13 * std::abs(ref[i].p) + 1e-15) << i;
     EXPECT_NEAR(m[i], ref[i].m, 1e-13 * std::abs(ref[i].m) + 1e-15) << i;
-    // float state: the update is computed in double, only the stored values round.
+    // The CPU kernels update f32 state in f32 arithmetic.
     EXPECT_NEAR(pf[i], ref[i].p, 1e-5 * std::abs(ref[i].p) + 1e-6) << i;
   }
 }
@@ -77,8 +81,10 @@ TEST(AdamW, MatchesReferenceOverManySteps) {
 TEST(AdamW, NoDecayForVectors) {
   // The AdamW class decays matrices only: a norm gain with zero gradient stays put.
   std::vector<float> w = {1, 1, 1, 1}, gw = {0, 0, 0, 0}, gain = {1, 1}, gg = {0, 0};
-  std::vector<ParamRef> ps = {{"w", {2, 2}, w.data(), gw.data()}, {"g", {2}, gain.data(), gg.data()}};
-  AdamW opt(AdamWConfig{0.9, 0.95, 1e-8, 0.5});
+  std::vector<ParamRef> ps = {{"w", {2, 2}, w.data(), gw.data(), DataPtr()},
+                              {"g", {2}, gain.data(), gg.data(), DataPtr()}};
+  auto be = make_reference_backend();  // host memory: the vectors above are its memory too
+  AdamW opt(*be, AdamWConfig{0.9, 0.95, 1e-8, 0.5});
   opt.step(ps, 0.1, 1.0);
   EXPECT_FLOAT_EQ(w[0], 0.95f);
   EXPECT_EQ(gain[0], 1.f);
@@ -89,8 +95,10 @@ TEST(AdamW, StateRoundTripContinuesIdentically) {
   std::vector<float> w(6), g(6);
   Rng rng(9);
   for (auto& x : w) x = static_cast<float>(rng.normal());
-  std::vector<ParamRef> ps = {{"model.layers.0.mlp.up_proj.weight", {2, 3}, w.data(), g.data()}};
-  AdamW a(AdamWConfig{});
+  std::vector<ParamRef> ps = {
+      {"model.layers.0.mlp.up_proj.weight", {2, 3}, w.data(), g.data(), DataPtr()}};
+  auto be = make_cpu_backend(1);
+  AdamW a(*be);
   for (int t = 0; t < 3; ++t) {
     for (auto& x : g) x = static_cast<float>(rng.normal());
     a.step(ps, 0.01, 1.0);
@@ -99,8 +107,8 @@ TEST(AdamW, StateRoundTripContinuesIdentically) {
                       ("hp_opt_" + std::to_string(::getpid()) + ".safetensors")).string();
   write_safetensors(path, a.state_tensors(ps));
   std::vector<float> w2 = w;
-  std::vector<ParamRef> ps2 = {{ps[0].name, {2, 3}, w2.data(), g.data()}};
-  AdamW b(AdamWConfig{});
+  std::vector<ParamRef> ps2 = {{ps[0].name, {2, 3}, w2.data(), g.data(), DataPtr()}};
+  AdamW b(*be);
   b.load_state(SafetensorsReader::open(path), ps2, a.steps());
   for (auto& x : g) x = static_cast<float>(rng.normal());
   a.step(ps, 0.01, 1.0);
@@ -125,13 +133,14 @@ TEST(LrSchedule, WarmupThenCosine) {
 }
 
 TEST(Clip, GlobalNormFromPartials) {
+  auto k = make_reference_kernels();
   std::vector<float> a = {3, 0}, b = {0, 4};
-  std::vector<double> partials = {sum_squares(a.data(), 2), sum_squares(b.data(), 2)};
+  std::vector<double> partials = {k->sum_squares(a.data(), 2), k->sum_squares(b.data(), 2)};
   const double norm = global_norm_from_partials(partials);
   EXPECT_DOUBLE_EQ(norm, 5.0);
   // Any partition of the same values gives the same norm.
   std::vector<float> all = {3, 0, 0, 4};
-  std::vector<double> one = {sum_squares(all.data(), 4)};
+  std::vector<double> one = {k->sum_squares(all.data(), 4)};
   EXPECT_DOUBLE_EQ(global_norm_from_partials(one), norm);
   EXPECT_DOUBLE_EQ(clip_factor(5.0, 1.0), 0.2);
   EXPECT_DOUBLE_EQ(clip_factor(0.5, 1.0), 1.0);
@@ -140,8 +149,10 @@ TEST(Clip, GlobalNormFromPartials) {
   double p1 = 1, m1 = 0, v1 = 0, g1 = 3.0 * 0.2;
   double p2 = 1, m2 = 0, v2 = 0, g2 = 3.0;
   AdamWConfig cfg;
-  adamw_update(&p1, &g1, &m1, &v1, 1, 0.1, cfg, true, 1, 1.0);
-  adamw_update(&p2, &g2, &m2, &v2, 1, 0.1, cfg, true, 1, 0.2);
+  k->adamw(&p1, &g1, &m1, &v1, 1, 0.1, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, 1, 1.0,
+           DataPtr());
+  k->adamw(&p2, &g2, &m2, &v2, 1, 0.1, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, 1, 0.2,
+           DataPtr());
   EXPECT_DOUBLE_EQ(p1, p2);
 }
 

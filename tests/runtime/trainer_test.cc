@@ -42,7 +42,7 @@ class TrainerTest : public ::testing::Test {
     std::vector<int32_t> toks(2000);
     for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 7 + static_cast<size_t>(rng.uniform() * 5)) % 64);
     write_token_file(path("d.tok"), toks, TokenDType::kUint8, 64);
-    kernels_ = make_cpu_kernels(1);
+    be_ = make_cpu_backend(1);
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& n) const { return (dir_ / n).string(); }
@@ -59,7 +59,7 @@ class TrainerTest : public ::testing::Test {
   }
 
   fs::path dir_;
-  std::unique_ptr<KernelsT<float>> kernels_;
+  std::unique_ptr<Backend> be_;
 };
 
 TEST_F(TrainerTest, OneStepMatchesHandReference) {
@@ -67,27 +67,31 @@ TEST_F(TrainerTest, OneStepMatchesHandReference) {
   const TokenSource src = TokenSource::open(path("d.tok"));
   StepShape shape{.seq_len = 12, .microbatch_size = 2, .microbatches = 3};
   const SequenceReader reader(src, shape.seq_len, cfg.vocab);
-  Params params(cfg, Params::all_parts(cfg));
+  Params params(cfg, Params::all_parts(cfg), *be_);
   params.init(1);
   // Reference gradient from the model on the first B*M sequences.
-  Params ref(cfg, Params::all_parts(cfg));
+  Params ref(cfg, Params::all_parts(cfg), *be_);
   ref.init(1);
   {
-    Model m(cfg, *kernels_, ref);
+    Model m(ref);
     std::vector<int32_t> tok, tgt;
     read_step_batch(reader, 0, shape, false, tok, tgt);
+    TokenBuffer tok_b, tgt_b;
+    tok_b.upload(*be_, tok, cfg.vocab, "token");
+    tgt_b.upload(*be_, tgt, cfg.vocab, "target");
     ref.zero_grad();
-    loss_and_grads(m, tok.data(), tgt.data(), shape.microbatch_size, shape.seq_len,
+    loss_and_grads(m, tok_b.data(), tgt_b.data(), shape.microbatch_size, shape.seq_len,
                    static_cast<int>(shape.microbatches));
   }
+  const std::vector<float> ref_w = ref.host_values<float>(), ref_g = ref.host_grads<float>();
   double sq = 0;
-  for (int64_t i = 0; i < ref.size(); ++i) sq += static_cast<double>(ref.grads()[i]) * ref.grads()[i];
+  for (float g : ref_g) sq += static_cast<double>(g) * g;
   const double norm = std::sqrt(sq);
   const TrainState st0 = fresh_state(10);
   const double scale = st0.clip / norm;
   ASSERT_LT(scale, 1.0);
   const double lr = 1e-2 * 1 / 2.0;  // warmup 2: step 1 uses half the peak
-  Trainer tr(cfg, *kernels_, params, {}, shape, st0);
+  Trainer tr(cfg, params, {}, shape, st0);
   const StepRecord r = tr.step(reader);
   EXPECT_NEAR(r.grad_norm, norm, 1e-12 * norm);
   EXPECT_DOUBLE_EQ(r.lr, lr);
@@ -96,14 +100,15 @@ TEST_F(TrainerTest, OneStepMatchesHandReference) {
   EXPECT_EQ(tr.state().tokens_seen, 72);
   // AdamW step 1 by hand: m = (1-b1) g, v = (1-b2) g^2, bias-corrected, decoupled decay on matrices.
   const double b1 = st0.adamw.beta1, b2 = st0.adamw.beta2, eps = st0.adamw.eps;
+  const std::vector<float> got = params.host_values<float>();
   for (const ParamTensor& t : ref.tensors()) {
     const double decay = t.shape.size() >= 2 ? st0.adamw.weight_decay : 0.0;
     for (int64_t i = 0; i < t.numel; i += 7) {
-      const double p0 = ref.data()[t.offset + i];
-      const double g = ref.grads()[t.offset + i] * scale;
+      const double p0 = ref_w[t.offset + i];
+      const double g = ref_g[t.offset + i] * scale;
       const double mhat = (1 - b1) * g / (1 - b1), vhat = (1 - b2) * g * g / (1 - b2);
       const double want = p0 * (1 - lr * decay) - lr * mhat / (std::sqrt(vhat) + eps);
-      EXPECT_NEAR(params.data()[t.offset + i], want, 1e-6 * (std::fabs(want) + 1e-3)) << t.name << " " << i;
+      EXPECT_NEAR(got[t.offset + i], want, 1e-6 * (std::fabs(want) + 1e-3)) << t.name << " " << i;
     }
   }
 }
@@ -114,20 +119,22 @@ TEST_F(TrainerTest, ResumeThroughCheckpointIsBitwise) {
   StepShape shape{.seq_len = 16, .microbatch_size = 3, .microbatches = 2};
   const SequenceReader reader(src, shape.seq_len, cfg.vocab);
   ASSERT_EQ(reader.sequences(), 124);  // (2000 - 1) / 16, so 30 steps of 6 sequences wrap once
-  Params a(cfg, Params::all_parts(cfg));
+  Params a(cfg, Params::all_parts(cfg), *be_);
   a.init(4);
-  Trainer ta(cfg, *kernels_, a, {}, shape, fresh_state(30));
+  Trainer ta(cfg, a, {}, shape, fresh_state(30));
   ta.step(reader);
-  const int64_t allocations = ta.store().allocations();
+  ta.step(reader);  // the optimizer's moments are allocated in the first step
+  const int64_t allocations = be_->memory_stats().system_allocations;
   EXPECT_GT(allocations, 0);
-  for (int i = 1; i < 30; ++i) ta.step(reader);  // 180 sequences: wraps around the data
-  EXPECT_EQ(ta.store().allocations(), allocations);  // steady state: the pool is reused
+  for (int i = 2; i < 30; ++i) ta.step(reader);  // 180 sequences: wraps around the data
+  // Steady state: values, workspace, tokens and moments all come back from the cache.
+  EXPECT_EQ(be_->memory_stats().system_allocations, allocations);
   EXPECT_EQ(ta.state().next_sequence, 180);
 
-  Params b(cfg, Params::all_parts(cfg));
+  Params b(cfg, Params::all_parts(cfg), *be_);
   b.init(4);
   {
-    Trainer tb(cfg, *kernels_, b, {}, shape, fresh_state(30));
+    Trainer tb(cfg, b, {}, shape, fresh_state(30));
     for (int i = 0; i < 13; ++i) tb.step(reader);
     tb.save(path("ck"));
   }
@@ -137,9 +144,9 @@ TEST_F(TrainerTest, ResumeThroughCheckpointIsBitwise) {
   EXPECT_EQ(saved.step, 13);
   EXPECT_EQ(saved.microbatch_size, 3);
   EXPECT_EQ(saved.microbatches, 2);
-  Params c(cfg, Params::all_parts(cfg));
+  Params c(cfg, Params::all_parts(cfg), *be_);
   load_checkpoint_params(info, c);
-  Trainer tc(cfg, *kernels_, c, {}, shape, saved);
+  Trainer tc(cfg, c, {}, shape, saved);
   tc.load_optimizer(*info.optimizer_path);
   for (int i = 13; i < 30; ++i) tc.step(reader);
   ASSERT_EQ(tc.state().history.size(), 30u);
@@ -147,8 +154,7 @@ TEST_F(TrainerTest, ResumeThroughCheckpointIsBitwise) {
     EXPECT_EQ(tc.state().history[i].loss, ta.state().history[i].loss) << i;
     EXPECT_EQ(tc.state().history[i].grad_norm, ta.state().history[i].grad_norm) << i;
   }
-  EXPECT_EQ(std::vector<float>(a.data(), a.data() + a.size()),
-            std::vector<float>(c.data(), c.data() + c.size()));
+  EXPECT_EQ(a.host_values<float>(), c.host_values<float>());
 }
 
 TEST_F(TrainerTest, FlopsCountMatchesFormula) {
@@ -165,10 +171,12 @@ TEST_F(TrainerTest, DivergenceIsReported) {
   const TokenSource src = TokenSource::open(path("d.tok"));
   StepShape shape{.seq_len = 8};
   const SequenceReader reader(src, shape.seq_len, cfg.vocab);
-  Params p(cfg, Params::all_parts(cfg));
+  Params p(cfg, Params::all_parts(cfg), *be_);
   p.init(1);
-  p.param("model.norm.weight")[0] = std::nanf("");
-  Trainer t(cfg, *kernels_, p, {}, shape, fresh_state(5));
+  std::vector<float> w = p.host_values<float>();
+  w[p.tensor("model.norm.weight").offset] = std::nanf("");
+  p.set_values(w);
+  Trainer t(cfg, p, {}, shape, fresh_state(5));
   try {
     t.step(reader);
     FAIL() << "no error";

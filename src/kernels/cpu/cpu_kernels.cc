@@ -1,6 +1,7 @@
 // The fast CPU backend: GEMMs through OpenBLAS, attention and the elementwise kernels through our
 // SIMD code (one IsaOps table per ISA, picked at construction). This file is built with the default
-// flags: it checks shapes, owns the scratch memory and sums what must be summed in a fixed order.
+// flags: it checks shapes and types, owns the scratch memory and sums what must be summed in a
+// fixed order. The backend around these kernels (memory, copies) is kernels/host.
 #include "kernels/cpu_kernels.h"
 
 #include <cblas.h>
@@ -14,7 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/isa_ops.h"
-#include "kernels/reference/reference_kernels.h"
+#include "kernels/reference/reference_math.h"
 #include "kernels/rope_angles.h"
 
 namespace hp {
@@ -48,6 +49,7 @@ class Scratch {
 // CpuKernels::Lease), so several threads (ranks run as threads) may share one backend object.
 struct Workspace {
   Scratch attn, small;
+  ReferenceMath<float> ref;  // plain-loop attention for head dims that are no multiple of 8
   std::vector<float> rope_cos, rope_sin;  // [positions][head_dim / 2]
   int64_t rope_head_dim = -1, rope_npos = 0;
   double rope_theta = 0;
@@ -55,7 +57,20 @@ struct Workspace {
 
 int resolve_threads(int threads) { return cpu_threads(threads); }
 
-class CpuKernels : public ReferenceKernels<float> {
+// Values of any of the three types read as double (generic host loops: convert, sum_squares).
+double read_any(ConstDataPtr p, int64_t i) {
+  switch (p.dtype) {
+    case DType::kF64: return p.as<double>()[i];
+    case DType::kF32: return p.as<float>()[i];
+    case DType::kBF16: return to_float(p.as<bf16>()[i]);
+  }
+  return 0;
+}
+
+// The CPU kernels. Every entry point dispatches on the element type of its compute operand; f32
+// runs the OpenBLAS / SIMD code below, other types throw until a kernel for them is added here (a
+// case per type: the bf16 GEMM and attention plug in the same way).
+class CpuKernels final : public Kernels {
  public:
   CpuKernels(int threads, CpuIsa isa)
       : threads_(resolve_threads(threads)),
@@ -64,157 +79,148 @@ class CpuKernels : public ReferenceKernels<float> {
     openblas_set_num_threads(threads_);
   }
   std::string name() const override { return std::string("cpu-") + cpu_isa_name(isa_); }
+  bool supports(const Precision& p) const override { return p == Precision::fp32(); }
+  int threads() const { return threads_; }
 
-  void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+  void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+            ConstDataPtr A, int64_t lda, ConstDataPtr B, int64_t ldb, double beta, DataPtr C,
             int64_t ldc) override {
+    if (A.dtype != DType::kF32) unsupported("gemm", A.dtype);
     if (M == 0 || N == 0) return;
     // OpenBLAS has one global thread count; several backends with different counts may coexist.
     if (openblas_get_num_threads() != threads_) openblas_set_num_threads(threads_);
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
-                static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
-                static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C,
+                static_cast<blasint>(N), static_cast<blasint>(K), static_cast<float>(alpha),
+                A.as<float>(), static_cast<blasint>(lda), B.as<float>(),
+                static_cast<blasint>(ldb), static_cast<float>(beta), C.as<float>(),
                 static_cast<blasint>(ldc));
   }
 
-  void rmsnorm_forward(float* y, float* rstd, const float* x, const float* g, int64_t rows,
+  void rmsnorm_forward(DataPtr y, DataPtr rstd, ConstDataPtr x, ConstDataPtr g, int64_t rows,
                        int64_t dim, double eps) override {
+    if (x.dtype != DType::kF32) unsupported("rmsnorm_forward", x.dtype);
     HP_CHECK(rows >= 0 && dim >= 1, "rmsnorm: bad shape rows={} dim={}", rows, dim);
-    ops_.rmsnorm_fwd(y, rstd, x, g, rows, dim, static_cast<float>(eps), threads_);
+    ops_.rmsnorm_fwd(y.as<float>(), rstd.as<float>(), x.as<float>(), g.as<float>(), rows, dim,
+                     static_cast<float>(eps), threads_);
   }
-  void rmsnorm_backward(float* dx, float* dg, const float* dy, const float* x, const float* g,
-                        const float* rstd, int64_t rows, int64_t dim, bool accumulate) override {
+  void rmsnorm_backward(DataPtr dx, DataPtr dg, ConstDataPtr dy, ConstDataPtr x, ConstDataPtr g,
+                        ConstDataPtr rstd, int64_t rows, int64_t dim, bool accumulate) override {
+    if (x.dtype != DType::kF32) unsupported("rmsnorm_backward", x.dtype);
     HP_CHECK(rows >= 0 && dim >= 1, "rmsnorm: bad shape rows={} dim={}", rows, dim);
     Lease ws(*this);
     float* part = ws->small.get(static_cast<size_t>(threads_ * dim));
-    ops_.rmsnorm_bwd(dx, dg, dy, x, g, rstd, rows, dim, accumulate, part, threads_);
+    ops_.rmsnorm_bwd(dx.as<float>(), dg.as<float>(), dy.as<float>(), x.as<float>(), g.as<float>(),
+                     rstd.as<float>(), rows, dim, accumulate, part, threads_);
   }
 
-  void rope(float* x, int64_t rows, int64_t ld, int64_t seq, int64_t n_heads, int64_t head_dim,
+  void rope(DataPtr x, int64_t rows, int64_t ld, int64_t seq, int64_t n_heads, int64_t head_dim,
             double theta, bool inverse) override {
+    if (x.dtype != DType::kF32) unsupported("rope", x.dtype);
     HP_CHECK(head_dim % 2 == 0, "rope: head_dim {} must be even", head_dim);
     HP_CHECK(seq >= 1 && ld >= n_heads * head_dim,
              "rope: seq={} must be >= 1 and ld={} >= n_heads*head_dim={}", seq, ld,
              n_heads * head_dim);
-    const int64_t half = head_dim / 2;
-    const int64_t npos = std::min(seq, rows);  // positions actually used
     Lease ws(*this);
-    if (ws->rope_head_dim != head_dim || ws->rope_theta != theta || ws->rope_npos < npos) {
-      ws->rope_cos.resize(static_cast<size_t>(npos * half));
-      ws->rope_sin.resize(static_cast<size_t>(npos * half));
-      for (int64_t p = 0; p < npos; ++p)
-        for (int64_t j = 0; j < half; ++j)
-          rope_cos_sin(p, j, head_dim, theta, &ws->rope_cos[p * half + j],
-                       &ws->rope_sin[p * half + j]);
-      ws->rope_head_dim = head_dim;
-      ws->rope_theta = theta;
-      ws->rope_npos = npos;
-    }
-    ops_.rope(x, rows, ld, seq, n_heads, head_dim, ws->rope_cos.data(), ws->rope_sin.data(),
-              inverse, threads_);
+    rope_table(*ws, std::min(seq, rows), head_dim, theta);  // positions actually used
+    ops_.rope(x.as<float>(), rows, ld, seq, n_heads, head_dim, ws->rope_cos.data(),
+              ws->rope_sin.data(), inverse, threads_);
   }
 
-  void attention_forward(const AttnShape& s, const float* q, const float* k, const float* v,
-                         float* o, float* lse) override {
+  void attention_forward(const AttnShape& s, ConstDataPtr q, ConstDataPtr k, ConstDataPtr v,
+                         DataPtr o, DataPtr lse) override {
+    if (q.dtype != DType::kF32) unsupported("attention_forward", q.dtype);
     check_attn(s);
     if (s.head_dim % 8 != 0) {  // toy sizes: the plain loops (correct, slow)
-      ReferenceKernels<float>::attention_forward(s, q, k, v, o, lse);
+      Lease ws(*this);
+      ws->ref.attention_forward(s, q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(),
+                                lse.as<float>());
       return;
     }
     Lease ws(*this);
     float* scratch = ws->attn.get(ops_.attn_fwd_scratch(s, threads_));
-    ops_.attn_fwd(s, q, k, v, o, lse, scratch, threads_);
+    ops_.attn_fwd(s, q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(), lse.as<float>(),
+                  scratch, threads_);
   }
-  void attention_backward(const AttnShape& s, const float* q, const float* k, const float* v,
-                          const float* o, const float* dout, const float* lse, float* dq,
-                          float* dk, float* dv) override {
+  void attention_backward(const AttnShape& s, ConstDataPtr q, ConstDataPtr k, ConstDataPtr v,
+                          ConstDataPtr o, ConstDataPtr dout, ConstDataPtr lse, DataPtr dq,
+                          DataPtr dk, DataPtr dv) override {
+    if (q.dtype != DType::kF32) unsupported("attention_backward", q.dtype);
     check_attn(s);
+    Lease ws(*this);
     if (s.head_dim % 8 != 0) {
-      ReferenceKernels<float>::attention_backward(s, q, k, v, o, dout, lse, dq, dk, dv);
+      ws->ref.attention_backward(s, q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(),
+                                 dout.as<float>(), lse.as<float>(), dq.as<float>(), dk.as<float>(),
+                                 dv.as<float>());
       return;
     }
-    Lease ws(*this);
     float* scratch = ws->attn.get(ops_.attn_bwd_scratch(s, threads_));
-    ops_.attn_bwd(s, q, k, v, o, dout, lse, dq, dk, dv, scratch, threads_);
+    ops_.attn_bwd(s, q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(), dout.as<float>(),
+                  lse.as<float>(), dq.as<float>(), dk.as<float>(), dv.as<float>(), scratch,
+                  threads_);
   }
 
-  void swiglu_forward(float* h, const float* g, const float* u, int64_t n) override {
-    ops_.swiglu_fwd(h, g, u, n, threads_);
+  void swiglu_forward(DataPtr h, ConstDataPtr g, ConstDataPtr u, int64_t n) override {
+    if (g.dtype != DType::kF32) unsupported("swiglu_forward", g.dtype);
+    ops_.swiglu_fwd(h.as<float>(), g.as<float>(), u.as<float>(), n, threads_);
   }
-  void swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u,
+  void swiglu_backward(DataPtr dg, DataPtr du, ConstDataPtr dh, ConstDataPtr g, ConstDataPtr u,
                        int64_t n) override {
-    ops_.swiglu_bwd(dg, du, dh, g, u, n, threads_);
+    if (g.dtype != DType::kF32) unsupported("swiglu_backward", g.dtype);
+    ops_.swiglu_bwd(dg.as<float>(), du.as<float>(), dh.as<float>(), g.as<float>(), u.as<float>(),
+                    n, threads_);
   }
 
-  double cross_entropy_forward(const float* logits, int64_t ld, const int32_t* targets,
-                               int64_t rows, int64_t vocab, float* lse) override {
+  void cross_entropy_forward(ConstDataPtr logits, int64_t ld, const int32_t* targets,
+                             int64_t rows, int64_t vocab, DataPtr lse,
+                             DataPtr loss_sum) override {
+    if (logits.dtype != DType::kF32) unsupported("cross_entropy_forward", logits.dtype);
     check_ce(ld, targets, rows, vocab);
-    ops_.ce_fwd(logits, ld, rows, vocab, lse, threads_);
+    const float* x = logits.as<float>();
+    float* l = lse.as<float>();
+    ops_.ce_fwd(x, ld, rows, vocab, l, threads_);
     double total = 0;
     for (int64_t r = 0; r < rows; ++r)
-      total += static_cast<double>(lse[r]) - static_cast<double>(logits[r * ld + targets[r]]);
-    return total;
+      total += static_cast<double>(l[r]) - static_cast<double>(x[r * ld + targets[r]]);
+    *loss_sum.as<double>() += total;
   }
-  void cross_entropy_backward(float* dlogits, const float* logits, int64_t ld, const float* lse,
+  void cross_entropy_backward(DataPtr dlogits, ConstDataPtr logits, int64_t ld, ConstDataPtr lse,
                               const int32_t* targets, int64_t rows, int64_t vocab,
-                              float scale) override {
+                              double scale) override {
+    if (dlogits.dtype != DType::kF32) unsupported("cross_entropy_backward", dlogits.dtype);
     check_ce(ld, targets, rows, vocab);
-    ops_.ce_bwd(dlogits, logits, ld, lse, targets, rows, vocab, scale, threads_);
+    ops_.ce_bwd(dlogits.as<float>(), logits.as<float>(), ld, lse.as<float>(), targets, rows, vocab,
+                static_cast<float>(scale), threads_);
   }
 
-  void embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t n,
+  void embedding_forward(DataPtr x, const int32_t* tokens, ConstDataPtr table, int64_t n,
                          int64_t dim) override {
+    if (table.dtype != DType::kF32) unsupported("embedding_forward", table.dtype);
     check_tokens(tokens, n);
-    for (int64_t t = 0; t < n; ++t)
-      std::memcpy(x + t * dim, table + static_cast<int64_t>(tokens[t]) * dim, sizeof(float) * dim);
+    float* xx = x.as<float>();
+    const float* t = table.as<float>();
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(xx + i * dim, t + static_cast<int64_t>(tokens[i]) * dim, sizeof(float) * dim);
   }
-  // Token order is kept per column, so splitting columns across threads stays deterministic.
-  void embedding_backward(float* dtable, const int32_t* tokens, const float* dx, int64_t n,
-                          int64_t dim) override {
-    check_tokens(tokens, n);
-    const int64_t cols = 256, nc = (dim + cols - 1) / cols;
-    auto run = [&](int64_t c) {
-      const int64_t c0 = c * cols, c1 = std::min(dim, c0 + cols);
-      for (int64_t t = 0; t < n; ++t) {
-        float* dst = dtable + static_cast<int64_t>(tokens[t]) * dim;
-        const float* src = dx + t * dim;
-        for (int64_t j = c0; j < c1; ++j) dst[j] += src[j];
-      }
-    };
-    if (threads_ <= 1 || nc <= 1 || n * dim < (1 << 15)) {
-      for (int64_t c = 0; c < nc; ++c) run(c);
-    } else {
-#pragma omp parallel for num_threads(threads_) schedule(static)
-      for (int64_t c = 0; c < nc; ++c) run(c);
-    }
-  }
+  void embedding_backward(DataPtr dtable, const int32_t* tokens, ConstDataPtr dx, int64_t n,
+                          int64_t dim) override;
 
-  void axpy(float* y, const float* x, float alpha, int64_t n) override {
-    ops_.axpy(y, x, alpha, n, threads_);
+  void axpy(DataPtr y, ConstDataPtr x, double alpha, int64_t n) override {
+    if (y.dtype != DType::kF32) unsupported("axpy", y.dtype);
+    ops_.axpy(y.as<float>(), x.as<float>(), static_cast<float>(alpha), n, threads_);
   }
-  // Block sums in double, added in block order: the same result for every thread count.
-  double sum_squares(const float* x, int64_t n) override {
-    const int64_t nb = (n + cpu::kSumBlock - 1) / cpu::kSumBlock;
-    Lease ws(*this);
-    double* part = reinterpret_cast<double*>(ws->small.get(static_cast<size_t>(2 * nb + 2)));
-    ops_.sum_squares_blocks(x, n, part, threads_);
-    double total = 0;
-    for (int64_t b = 0; b < nb; ++b) total += part[b];
-    return total;
-  }
-  void adamw(float* param, const float* grad, float* m, float* v, int64_t n, double lr,
-             double beta1, double beta2, double eps, double weight_decay, int64_t step) override {
-    HP_CHECK(step >= 1, "adamw: step {} must count from 1", step);
-    const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(step));
-    const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(step));
-    ops_.adamw(param, grad, m, v, n, static_cast<float>(lr), static_cast<float>(beta1),
-               static_cast<float>(beta2), static_cast<float>(eps),
-               static_cast<float>(1 - lr * weight_decay), static_cast<float>(lr / bc1),
-               static_cast<float>(std::sqrt(bc2)), threads_);
-  }
+  void convert(DataPtr dst, ConstDataPtr src, int64_t n) override;
+  double sum_squares(ConstDataPtr x, int64_t n) override;
+  void adamw(DataPtr param, ConstDataPtr grad, DataPtr m, DataPtr v, int64_t n, double lr,
+             double beta1, double beta2, double eps, double weight_decay, int64_t step,
+             double grad_scale, DataPtr weight_copy) override;
 
  private:
+  [[noreturn]] void unsupported(const char* kernel, DType t) const {
+    fail("{}: the CPU kernels do not have {} for {} values (supported: f32); use precision fp32 "
+         "or the reference backend",
+         name(), kernel, dtype_name(t));
+  }
   static void check_attn(const AttnShape& s) {
     HP_CHECK(s.batch >= 1 && s.seq >= 1 && s.kv_heads >= 1 && s.heads % s.kv_heads == 0,
              "attention: bad shape batch={} seq={} heads={} kv_heads={} (heads must be a "
@@ -235,6 +241,19 @@ class CpuKernels : public ReferenceKernels<float> {
   static void check_tokens(const int32_t* tokens, int64_t n) {
     for (int64_t t = 0; t < n; ++t)
       HP_CHECK(tokens[t] >= 0, "embedding: token {} at position {} is negative", tokens[t], t);
+  }
+  // The cos/sin table of `npos` positions in the workspace (rebuilt when the shape changes).
+  static void rope_table(Workspace& ws, int64_t npos, int64_t head_dim, double theta) {
+    const int64_t half = head_dim / 2;
+    if (ws.rope_head_dim == head_dim && ws.rope_theta == theta && ws.rope_npos >= npos) return;
+    ws.rope_cos.resize(static_cast<size_t>(npos * half));
+    ws.rope_sin.resize(static_cast<size_t>(npos * half));
+    for (int64_t p = 0; p < npos; ++p)
+      for (int64_t j = 0; j < half; ++j)
+        rope_cos_sin(p, j, head_dim, theta, &ws.rope_cos[p * half + j], &ws.rope_sin[p * half + j]);
+    ws.rope_head_dim = head_dim;
+    ws.rope_theta = theta;
+    ws.rope_npos = npos;
   }
 
   int threads_;
@@ -260,6 +279,7 @@ class CpuKernels : public ReferenceKernels<float> {
     Lease(const Lease&) = delete;
     Lease& operator=(const Lease&) = delete;
     Workspace* operator->() { return ws_.get(); }
+    Workspace& operator*() { return *ws_; }
 
    private:
     CpuKernels& k_;
@@ -269,6 +289,99 @@ class CpuKernels : public ReferenceKernels<float> {
   std::mutex pool_mu_;
   std::vector<std::unique_ptr<Workspace>> free_;
 };
+
+// Token order is kept per column, so splitting columns across threads stays deterministic.
+void CpuKernels::embedding_backward(DataPtr dtable, const int32_t* tokens, ConstDataPtr dx,
+                                    int64_t n, int64_t dim) {
+  if (dx.dtype != DType::kF32) unsupported("embedding_backward", dx.dtype);
+  check_tokens(tokens, n);
+  float* table = dtable.as<float>();
+  const float* d = dx.as<float>();
+  const int64_t cols = 256, nc = (dim + cols - 1) / cols;
+  auto run = [&](int64_t c) {
+    const int64_t c0 = c * cols, c1 = std::min(dim, c0 + cols);
+    for (int64_t t = 0; t < n; ++t) {
+      float* dst = table + static_cast<int64_t>(tokens[t]) * dim;
+      const float* src = d + t * dim;
+      for (int64_t j = c0; j < c1; ++j) dst[j] += src[j];
+    }
+  };
+  if (threads_ <= 1 || nc <= 1 || n * dim < (1 << 15)) {
+    for (int64_t c = 0; c < nc; ++c) run(c);
+  } else {
+#pragma omp parallel for num_threads(threads_) schedule(static)
+    for (int64_t c = 0; c < nc; ++c) run(c);
+  }
+}
+
+void CpuKernels::convert(DataPtr dst, ConstDataPtr src, int64_t n) {
+  if (dst.dtype == src.dtype) {
+    std::memcpy(dst.data, src.data, static_cast<size_t>(n * dtype_bytes(dst.dtype)));
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = read_any(src, i);
+    switch (dst.dtype) {
+      case DType::kF64: dst.as<double>()[i] = x; break;
+      case DType::kF32: dst.as<float>()[i] = static_cast<float>(x); break;
+      case DType::kBF16: dst.as<bf16>()[i] = to_bf16(static_cast<float>(x)); break;
+    }
+  }
+}
+
+// Block sums in double, added in block order: the same result for every thread count.
+double CpuKernels::sum_squares(ConstDataPtr x, int64_t n) {
+  if (x.dtype != DType::kF32) {
+    double acc = 0;
+    for (int64_t i = 0; i < n; ++i) acc += read_any(x, i) * read_any(x, i);
+    return acc;
+  }
+  const int64_t nb = (n + cpu::kSumBlock - 1) / cpu::kSumBlock;
+  Lease ws(*this);
+  double* part = reinterpret_cast<double*>(ws->small.get(static_cast<size_t>(2 * nb + 2)));
+  ops_.sum_squares_blocks(x.as<float>(), n, part, threads_);
+  double total = 0;
+  for (int64_t b = 0; b < nb; ++b) total += part[b];
+  return total;
+}
+
+// In double, the reference's formula element by element. This file is built for the baseline ISA,
+// which has no FMA, so the compiler cannot contract a product and a sum into one rounding: the
+// results are bitwise the reference's, for every vector width and thread count.
+void CpuKernels::adamw(DataPtr param, ConstDataPtr grad, DataPtr m, DataPtr v, int64_t n,
+                       double lr, double beta1, double beta2, double eps, double weight_decay,
+                       int64_t step, double grad_scale, DataPtr weight_copy) {
+  if (param.dtype != DType::kF32) unsupported("adamw", param.dtype);
+  HP_CHECK(step >= 1, "adamw: step {} must count from 1", step);
+  const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(step));
+  const double shrink = 1.0 - lr * weight_decay, step_size = lr / bc1;
+  const double inv_sqrt_bc2 = 1.0 / std::sqrt(bc2);
+  float* p = param.as<float>();
+  const float* g = grad.as<float>();
+  float* mm = m.as<float>();
+  float* vv = v.as<float>();
+  auto run = [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i) {
+      const double gi = static_cast<double>(g[i]) * grad_scale;
+      const double mi = beta1 * static_cast<double>(mm[i]) + (1.0 - beta1) * gi;
+      const double vi = beta2 * static_cast<double>(vv[i]) + (1.0 - beta2) * gi * gi;
+      mm[i] = static_cast<float>(mi);
+      vv[i] = static_cast<float>(vi);
+      const double denom = std::sqrt(vi) * inv_sqrt_bc2 + eps;
+      p[i] = static_cast<float>(static_cast<double>(p[i]) * shrink - step_size * mi / denom);
+    }
+  };
+  const int64_t chunk = 1 << 16, nc = (n + chunk - 1) / chunk;
+  if (threads_ <= 1 || nc <= 1) {
+    run(0, n);
+  } else {
+#pragma omp parallel for num_threads(threads_) schedule(static)
+    for (int64_t c = 0; c < nc; ++c) run(c * chunk, std::min(n, (c + 1) * chunk));
+  }
+  if (weight_copy) convert(weight_copy, param, n);
+}
 
 }  // namespace
 
@@ -299,7 +412,7 @@ std::string blas_core_name() {
   return n ? std::string(n) : std::string("unknown");
 }
 
-std::unique_ptr<KernelsT<float>> make_cpu_kernels(int threads, CpuIsa isa) {
+std::unique_ptr<Kernels> make_cpu_kernels(int threads, CpuIsa isa) {
   if (isa == CpuIsa::kAuto) isa = cpu_best_isa();
   HP_CHECK(cpu_supports(isa), "make_cpu_kernels: this CPU does not support {}; use CpuIsa::kAuto",
            cpu_isa_name(isa));
@@ -309,7 +422,7 @@ std::unique_ptr<KernelsT<float>> make_cpu_kernels(int threads, CpuIsa isa) {
 }
 
 // HP_CPU_ISA=avx2|avx512 forces the path kAuto takes (tests and benchmarks of the fallback).
-std::unique_ptr<KernelsT<float>> make_cpu_kernels(int threads) {
+CpuIsa cpu_isa_from_env() {
   CpuIsa isa = CpuIsa::kAuto;
   if (const char* env = std::getenv("HP_CPU_ISA"); env && *env) {
     const std::string e(env);
@@ -317,7 +430,11 @@ std::unique_ptr<KernelsT<float>> make_cpu_kernels(int threads) {
     else if (e == "avx512") isa = CpuIsa::kAvx512;
     else if (e != "auto") fail("HP_CPU_ISA={} is not one of avx2, avx512, auto", e);
   }
-  return make_cpu_kernels(threads, isa);
+  return isa;
+}
+
+std::unique_ptr<Kernels> make_cpu_kernels(int threads) {
+  return make_cpu_kernels(threads, cpu_isa_from_env());
 }
 
 int cpu_threads(int threads) {

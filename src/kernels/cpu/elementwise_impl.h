@@ -238,23 +238,6 @@ void sum_squares_blocks(const float* x, int64_t n, double* partial, int threads)
   });
 }
 
-void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
-           float beta2, float eps, float decay, float step_size, float sqrt_bc2, int threads) {
-  chunked(n, kChunk, threads, [&](int64_t i0, int64_t i1) {
-    const float om1 = 1.0f - beta1, om2 = 1.0f - beta2;
-#pragma omp simd
-    for (int64_t i = i0; i < i1; ++i) {
-      const float gi = grad[i];
-      const float mi = beta1 * m[i] + om1 * gi;
-      const float vi = beta2 * v[i] + om2 * gi * gi;
-      m[i] = mi;
-      v[i] = vi;
-      const float p = param[i] * decay;
-      param[i] = p - step_size * mi / (std::sqrt(vi) / sqrt_bc2 + eps);
-    }
-  });
-}
-
 }  // namespace
 }  // namespace HP_SIMD_NS
 
@@ -269,7 +252,7 @@ const IsaOps& avx2_ops() {
   static const IsaOps ops = {
       HP_SIMD_NS_NAME,     I::attn_fwd_scratch, I::attn_fwd,   I::attn_bwd_scratch, I::attn_bwd,
       I::rmsnorm_fwd,      I::rmsnorm_bwd,      I::rope,       I::swiglu_fwd,       I::swiglu_bwd,
-      I::ce_fwd,           I::ce_bwd,           I::axpy,       I::sum_squares_blocks, I::adamw,
+      I::ce_fwd,           I::ce_bwd,           I::axpy,       I::sum_squares_blocks,
   };
   return ops;
 }

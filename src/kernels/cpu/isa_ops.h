@@ -48,9 +48,6 @@ struct IsaOps {
   // partial: one double per block of kSumBlock elements (block sums are added in order by the
   // caller, so the result does not depend on the thread count).
   void (*sum_squares_blocks)(const float* x, int64_t n, double* partial, int threads);
-  void (*adamw)(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
-                float beta1, float beta2, float eps, float decay, float step_size,
-                float sqrt_bc2, int threads);
 };
 
 inline constexpr int64_t kSumBlock = 1 << 14;

@@ -1,6 +1,8 @@
-// The reference backend: every KernelsT<T> method as plain loops over any number type (float for
-// comparisons, double for finite-difference gradient checks). Obviously correct beats fast here;
-// the attention is the textbook softmax(q k^T / sqrt(d)) v, one query row at a time.
+// The reference math: every kernel of kernels.h as plain loops over one number type T (float for
+// comparisons, double for finite-difference gradient checks), typed, so tests call it directly.
+// Obviously correct beats fast here; the attention is the textbook softmax(q k^T / sqrt(d)) v, one
+// query row at a time. Statistics (rstd, lse) are T as well. The reference backend
+// (reference_kernels.cc) runs f32 and f64 through this and bf16 through ReferenceMath<float>.
 #pragma once
 
 #include <algorithm>
@@ -18,13 +20,12 @@
 namespace hp {
 
 template <typename T>
-class ReferenceKernels : public KernelsT<T> {
+class ReferenceMath {
  public:
-  std::string name() const override { return "reference"; }
-
-  // beta == 0 means C is not read (BLAS convention), so C may hold garbage.
+  // C[M,N] = alpha * op(A) op(B) + beta * C, accumulated in T. beta == 0 means C is not read
+  // (BLAS convention), so C may hold garbage.
   void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-            int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) override {
+            int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
     for (int64_t i = 0; i < M; ++i) {
       for (int64_t j = 0; j < N; ++j) {
         T acc = 0;
@@ -40,7 +41,7 @@ class ReferenceKernels : public KernelsT<T> {
   }
 
   void rmsnorm_forward(T* y, T* rstd, const T* x, const T* g, int64_t rows, int64_t dim,
-                       double eps) override {
+                       double eps) {
     for (int64_t r = 0; r < rows; ++r) {
       const T* xr = x + r * dim;
       T ss = 0;
@@ -54,7 +55,7 @@ class ReferenceKernels : public KernelsT<T> {
   // With y_k = x_k r g_k and r = (mean(x^2) + eps)^-1/2:
   // dx_k = r g_k dy_k - x_k r^3 / dim * sum_j dy_j g_j x_j.
   void rmsnorm_backward(T* dx, T* dg, const T* dy, const T* x, const T* g, const T* rstd,
-                        int64_t rows, int64_t dim, bool accumulate) override {
+                        int64_t rows, int64_t dim, bool accumulate) {
     for (int64_t r = 0; r < rows; ++r) {
       const T* xr = x + r * dim;
       const T* dyr = dy + r * dim;
@@ -71,7 +72,7 @@ class ReferenceKernels : public KernelsT<T> {
   }
 
   void rope(T* x, int64_t rows, int64_t ld, int64_t seq, int64_t n_heads, int64_t head_dim,
-            double theta, bool inverse) override {
+            double theta, bool inverse) {
     HP_CHECK(head_dim % 2 == 0, "rope: head_dim {} must be even", head_dim);
     const int64_t half = head_dim / 2;
     for (int64_t t = 0; t < rows; ++t) {
@@ -90,12 +91,13 @@ class ReferenceKernels : public KernelsT<T> {
     }
   }
 
-  void attention_forward(const AttnShape& s, const T* q, const T* k, const T* v, T* o,
-                         float* lse) override {
+  // o and lse (batch, heads, seq) from q, k, v.
+  void attention_forward(const AttnShape& s, const T* q, const T* k, const T* v, T* o, T* lse) {
     check_shape(s);
     const int64_t group = s.heads / s.kv_heads, d = s.head_dim;
     const T scale = T(1) / std::sqrt(T(d));
-    std::vector<T> p(s.seq);
+    std::vector<T>& p = row_;
+    p.resize(static_cast<size_t>(s.seq));
     for (int64_t b = 0; b < s.batch; ++b) {
       for (int64_t h = 0; h < s.heads; ++h) {
         const int64_t kh = h / group;
@@ -120,17 +122,16 @@ class ReferenceKernels : public KernelsT<T> {
             for (int64_t j = 0; j <= i; ++j) acc += p[j] * v[(b * s.seq + j) * s.ld_qkv + kh * d + c];
             oi[c] = acc / sum;
           }
-          lse[(b * s.heads + h) * s.seq + i] = static_cast<float>(mx + std::log(sum));
+          lse[(b * s.heads + h) * s.seq + i] = mx + std::log(sum);
         }
       }
     }
   }
 
-  // Recomputes the softmax in T instead of reading the fp32 lse, so double gradient checks are not
-  // limited to fp32 accuracy. With p = softmax(scale q.k): dv_j += p_j do, dp_j = do.v_j,
+  // Recomputes the softmax instead of reading lse (an independent check of the forward's). With p = softmax(scale q.k): dv_j += p_j do, dp_j = do.v_j,
   // ds_j = p_j (dp_j - do.o), dq += scale ds_j k_j, dk_j += scale ds_j q.
   void attention_backward(const AttnShape& s, const T* q, const T* k, const T* v, const T* o,
-                          const T* dout, const float* lse, T* dq, T* dk, T* dv) override {
+                          const T* dout, const T* lse, T* dq, T* dk, T* dv) {
     check_shape(s);
     const int64_t group = s.heads / s.kv_heads, d = s.head_dim;
     const T scale = T(1) / std::sqrt(T(d));
@@ -138,7 +139,8 @@ class ReferenceKernels : public KernelsT<T> {
       for (int64_t c = 0; c < s.heads * d; ++c) dq[t * s.ld_qkv + c] = 0;
       for (int64_t c = 0; c < s.kv_heads * d; ++c) dk[t * s.ld_qkv + c] = dv[t * s.ld_qkv + c] = 0;
     }
-    std::vector<T> p(s.seq);
+    std::vector<T>& p = row_;
+    p.resize(static_cast<size_t>(s.seq));
     for (int64_t b = 0; b < s.batch; ++b) {
       for (int64_t h = 0; h < s.heads; ++h) {
         const int64_t kh = h / group;
@@ -182,12 +184,12 @@ class ReferenceKernels : public KernelsT<T> {
     }
   }
 
-  void swiglu_forward(T* h, const T* g, const T* u, int64_t n) override {
+  void swiglu_forward(T* h, const T* g, const T* u, int64_t n) {
     for (int64_t i = 0; i < n; ++i) h[i] = g[i] / (T(1) + std::exp(-g[i])) * u[i];
   }
 
   // silu'(g) = sig(g) (1 + g (1 - sig(g))).
-  void swiglu_backward(T* dg, T* du, const T* dh, const T* g, const T* u, int64_t n) override {
+  void swiglu_backward(T* dg, T* du, const T* dh, const T* g, const T* u, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
       const T sig = T(1) / (T(1) + std::exp(-g[i]));
       const T gi = g[i], ui = u[i], dhi = dh[i];
@@ -196,22 +198,24 @@ class ReferenceKernels : public KernelsT<T> {
     }
   }
 
+  // lse[r] = logsumexp(logits[r,:]); returns the sum over rows (in row order, in double) of
+  // lse[r] - logits[r, target[r]].
   double cross_entropy_forward(const T* logits, int64_t ld, const int32_t* targets, int64_t rows,
-                               int64_t vocab, float* lse) override {
+                               int64_t vocab, T* lse) {
     double total = 0;
     for (int64_t r = 0; r < rows; ++r) {
       check_target(targets[r], vocab, r);
       const T l = row_lse(logits + r * ld, vocab);
-      lse[r] = static_cast<float>(l);
+      lse[r] = l;
       total += static_cast<double>(l - logits[r * ld + targets[r]]);
     }
     return total;
   }
 
-  // Recomputes the row log-sum-exp in T (see attention_backward for why).
-  void cross_entropy_backward(T* dlogits, const T* logits, int64_t ld, const float* lse,
+  // Recomputes the row log-sum-exp (see attention_backward for why). dlogits may alias logits.
+  void cross_entropy_backward(T* dlogits, const T* logits, int64_t ld, const T* lse,
                               const int32_t* targets, int64_t rows, int64_t vocab,
-                              T scale) override {
+                              T scale) {
     for (int64_t r = 0; r < rows; ++r) {
       check_target(targets[r], vocab, r);
       const T l = row_lse(logits + r * ld, vocab);
@@ -223,7 +227,7 @@ class ReferenceKernels : public KernelsT<T> {
   }
 
   void embedding_forward(T* x, const int32_t* tokens, const T* table, int64_t n,
-                         int64_t dim) override {
+                         int64_t dim) {
     for (int64_t t = 0; t < n; ++t) {
       HP_CHECK(tokens[t] >= 0, "embedding: token {} at position {} is negative", tokens[t], t);
       for (int64_t c = 0; c < dim; ++c) x[t * dim + c] = table[tokens[t] * dim + c];
@@ -231,36 +235,40 @@ class ReferenceKernels : public KernelsT<T> {
   }
 
   void embedding_backward(T* dtable, const int32_t* tokens, const T* dx, int64_t n,
-                          int64_t dim) override {
+                          int64_t dim) {
     for (int64_t t = 0; t < n; ++t) {
       HP_CHECK(tokens[t] >= 0, "embedding: token {} at position {} is negative", tokens[t], t);
       for (int64_t c = 0; c < dim; ++c) dtable[tokens[t] * dim + c] += dx[t * dim + c];
     }
   }
 
-  void axpy(T* y, const T* x, T alpha, int64_t n) override {
+  void axpy(T* y, const T* x, T alpha, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
   }
 
-  double sum_squares(const T* x, int64_t n) override {
+  double sum_squares(const T* x, int64_t n) {
     double acc = 0;
     for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
     return acc;
   }
 
-  // PyTorch's AdamW order: decay the weight first, then the bias-corrected Adam step.
+  // One AdamW update, arithmetic in double whatever T is, in PyTorch's order: decay the weight,
+  // then the bias-corrected Adam step. The gradient is multiplied by grad_scale first.
   void adamw(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1,
-             double beta2, double eps, double weight_decay, int64_t step) override {
+             double beta2, double eps, double weight_decay, int64_t step, double grad_scale) {
     HP_CHECK(step >= 1, "adamw: step {} must count from 1", step);
     const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(step));
     const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(step));
-    const T step_size = T(lr / bc1), sqrt_bc2 = T(std::sqrt(bc2));
+    const double shrink = 1.0 - lr * weight_decay;
+    const double step_size = lr / bc1, inv_sqrt_bc2 = 1.0 / std::sqrt(bc2);
     for (int64_t i = 0; i < n; ++i) {
-      const T gi = grad[i];
-      m[i] = T(beta1) * m[i] + T(1 - beta1) * gi;
-      v[i] = T(beta2) * v[i] + T(1 - beta2) * gi * gi;
-      param[i] *= T(1 - lr * weight_decay);
-      param[i] -= step_size * m[i] / (std::sqrt(v[i]) / sqrt_bc2 + T(eps));
+      const double g = static_cast<double>(grad[i]) * grad_scale;
+      const double mi = beta1 * static_cast<double>(m[i]) + (1.0 - beta1) * g;
+      const double vi = beta2 * static_cast<double>(v[i]) + (1.0 - beta2) * g * g;
+      m[i] = static_cast<T>(mi);
+      v[i] = static_cast<T>(vi);
+      const double denom = std::sqrt(vi) * inv_sqrt_bc2 + eps;
+      param[i] = static_cast<T>(static_cast<double>(param[i]) * shrink - step_size * mi / denom);
     }
   }
 
@@ -286,11 +294,8 @@ class ReferenceKernels : public KernelsT<T> {
     for (int64_t c = 0; c < vocab; ++c) sum += std::exp(x[c] - mx);
     return mx + std::log(sum);
   }
-};
 
-template <typename T>
-std::unique_ptr<KernelsT<T>> make_reference_kernels() {
-  return std::make_unique<ReferenceKernels<T>>();
-}
+  std::vector<T> row_;  // attention's probabilities of one query row (grows to seq)
+};
 
 }  // namespace hp

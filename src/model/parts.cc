@@ -1,0 +1,265 @@
+// The parts' math (see parts.h): kernel calls and backend copies, nothing else.
+#include "model/parts.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace hp {
+
+namespace {
+
+// dst = src, n elements of one type, in backend memory.
+void copy_elems(Backend& be, DataPtr dst, ConstDataPtr src, int64_t n) {
+  HP_CHECK(dst.dtype == src.dtype, "internal: copy of {} values into a {} tensor",
+           dtype_name(src.dtype), dtype_name(dst.dtype));
+  be.copy(dst.data, src.data, n * dtype_bytes(dst.dtype));
+}
+
+// Rotary on the q and k columns of a QKV matrix (T,q) in place (inverse: the backward).
+void rope_qk(Backend& be, const PartDims& d, DataPtr qkv, bool inverse) {
+  Kernels& k = be.kernels();
+  k.rope(qkv, d.tokens, d.qkv, d.seq, d.heads, d.head_dim, d.rope_theta, inverse);
+  k.rope(qkv.at(d.hidden), d.tokens, d.qkv, d.seq, d.kv_heads, d.head_dim, d.rope_theta, inverse);
+}
+
+}  // namespace
+
+AttnShape PartDims::attn() const {
+  AttnShape s;
+  s.batch = batch;
+  s.seq = seq;
+  s.heads = heads;
+  s.kv_heads = kv_heads;
+  s.head_dim = head_dim;
+  s.ld_qkv = qkv;
+  s.ld_o = hidden;
+  return s;
+}
+
+PartDims part_dims(const ModelConfig& cfg, int64_t batch, int64_t seq, int64_t mlp_chunk,
+                   int64_t head_chunk) {
+  PartDims d;
+  d.batch = batch;
+  d.seq = seq;
+  d.tokens = batch * seq;
+  d.hidden = cfg.hidden;
+  d.kv = cfg.kv_dim();
+  d.qkv = cfg.qkv_dim();
+  d.ffn = cfg.intermediate;
+  d.vocab = cfg.vocab;
+  d.heads = cfg.heads;
+  d.kv_heads = cfg.kv_heads;
+  d.head_dim = cfg.head_dim();
+  d.rms_eps = cfg.rms_eps;
+  d.rope_theta = cfg.rope_theta;
+  d.mlp_chunk = mlp_chunk > 0 ? std::min(mlp_chunk, d.tokens) : d.tokens;
+  d.head_chunk = head_chunk > 0 ? std::min(head_chunk, d.tokens) : d.tokens;
+  return d;
+}
+
+// ---- embed ----------------------------------------------------------------------------------
+
+void embed_forward(Backend& be, const PartDims& d, const int32_t* tokens, ConstDataPtr table,
+                   DataPtr x) {
+  be.kernels().embedding_forward(x, tokens, table, d.tokens, d.hidden);
+}
+
+void embed_backward_weight(Backend& be, const PartDims& d, const int32_t* tokens, ConstDataPtr dx,
+                           DataPtr dtable) {
+  be.kernels().embedding_backward(dtable, tokens, dx, d.tokens, d.hidden);
+}
+
+// ---- pre:l ----------------------------------------------------------------------------------
+
+void pre_forward(Backend& be, const PartDims& d, const PreWeights& w, ConstDataPtr x, DataPtr a,
+                 DataPtr rstd1, DataPtr qkv, DataPtr w_out) {
+  Kernels& k = be.kernels();
+  const int64_t T = d.tokens, h = d.hidden, q = d.qkv;
+  k.rmsnorm_forward(a, rstd1, x, w.norm1, T, h, d.rms_eps);
+  if (qkv) k.gemm(false, true, T, q, h, 1.0, a, h, w.wqkv, h, 0.0, qkv, q);
+  if (w_out) copy_elems(be, w_out, w.wqkv, q * h);
+}
+
+void pre_backward_input(Backend& be, const PartDims& d, const PreWeights& w, ConstDataPtr x,
+                        ConstDataPtr rstd1, ConstDataPtr da, ConstDataPtr dqkv, DataPtr da_ws,
+                        ConstDataPtr dr, DataPtr dx, DataPtr g_norm1) {
+  Kernels& k = be.kernels();
+  const int64_t T = d.tokens, h = d.hidden, q = d.qkv;
+  if (dqkv) {
+    k.gemm(false, false, T, h, q, 1.0, dqkv, q, w.wqkv, h, 0.0, da_ws, h);
+    da = da_ws;
+  }
+  copy_elems(be, dx, dr, T * h);
+  k.rmsnorm_backward(dx, g_norm1, da, x, w.norm1, rstd1, T, h, true);
+}
+
+// ---- the W_qkv gradient -----------------------------------------------------------------------
+
+void wqkv_grad(Backend& be, const PartDims& d, ConstDataPtr dqkv, ConstDataPtr a, DataPtr dw) {
+  const int64_t h = d.hidden, q = d.qkv;
+  be.kernels().gemm(true, false, q, h, d.tokens, 1.0, dqkv, q, a, h, 0.0, dw, h);
+}
+
+void add_wqkv_grad(Backend& be, const PartDims& d, ConstDataPtr dw, DataPtr g_wqkv) {
+  be.kernels().axpy(g_wqkv, dw, 1.0, d.qkv * d.hidden);
+}
+
+void wqkv_backward_weight(Backend& be, const PartDims& d, ConstDataPtr dqkv, ConstDataPtr a,
+                          DataPtr g_wqkv, DataPtr dw_ws) {
+  wqkv_grad(be, d, dqkv, a, dw_ws);
+  add_wqkv_grad(be, d, dw_ws, g_wqkv);
+}
+
+// ---- attn:l ---------------------------------------------------------------------------------
+
+void attn_qkv(Backend& be, const PartDims& d, ConstDataPtr a, ConstDataPtr w, ConstDataPtr qkv,
+              DataPtr qkvr) {
+  const int64_t T = d.tokens, h = d.hidden, q = d.qkv;
+  if (qkv) {
+    copy_elems(be, qkvr, qkv, T * q);
+  } else {
+    be.kernels().gemm(false, true, T, q, h, 1.0, a, h, w, h, 0.0, qkvr, q);
+  }
+  rope_qk(be, d, qkvr, false);
+}
+
+void attn_forward(Backend& be, const PartDims& d, ConstDataPtr qkvr, DataPtr o, DataPtr lse) {
+  const int64_t h = d.hidden, kv = d.kv;
+  be.kernels().attention_forward(d.attn(), qkvr, qkvr.at(h), qkvr.at(h + kv), o, lse);
+}
+
+void attn_backward_input(Backend& be, const PartDims& d, ConstDataPtr qkvr, ConstDataPtr o,
+                         ConstDataPtr dout, ConstDataPtr lse, DataPtr dqkv, ConstDataPtr w,
+                         DataPtr da) {
+  Kernels& k = be.kernels();
+  const int64_t T = d.tokens, h = d.hidden, kv = d.kv, q = d.qkv;
+  k.attention_backward(d.attn(), qkvr, qkvr.at(h), qkvr.at(h + kv), o, dout, lse, dqkv, dqkv.at(h),
+                       dqkv.at(h + kv));
+  rope_qk(be, d, dqkv, true);
+  if (w) k.gemm(false, false, T, h, q, 1.0, dqkv, q, w, h, 0.0, da, h);
+}
+
+// ---- post:l ---------------------------------------------------------------------------------
+
+void post_forward(Backend& be, const PartDims& d, const PostWeights& w, const PostForward& t,
+                  const PostWorkspace& ws) {
+  Kernels& k = be.kernels();
+  const int64_t T = d.tokens, h = d.hidden, f = d.ffn, C = d.mlp_chunk;
+  copy_elems(be, t.y, t.x, T * h);
+  k.gemm(false, true, T, h, h, 1.0, t.o, h, w.wo, h, 1.0, t.y, h);
+  k.rmsnorm_forward(t.z, t.rstd2, t.y, w.norm2, T, h, d.rms_eps);
+  for (int64_t c0 = 0; c0 < T; c0 += C) {
+    const int64_t n = std::min(C, T - c0);
+    const DataPtr gc = t.g ? t.g.at(c0 * f) : ws.g;
+    const DataPtr uc = t.u ? t.u.at(c0 * f) : ws.u;
+    k.gemm(false, true, n, f, h, 1.0, t.z.at(c0 * h), h, w.gate, h, 0.0, gc, f);
+    k.gemm(false, true, n, f, h, 1.0, t.z.at(c0 * h), h, w.up, h, 0.0, uc, f);
+    if (!t.xo) continue;
+    k.swiglu_forward(ws.h, gc, uc, n * f);
+    copy_elems(be, t.xo.at(c0 * h), t.y.at(c0 * h), n * h);
+    k.gemm(false, true, n, h, f, 1.0, ws.h, f, w.down, f, 1.0, t.xo.at(c0 * h), h);
+  }
+}
+
+namespace {
+
+// One chunk's weight gradients: dW_down += dX'^T H, dW_gate += dG^T Z, dW_up += dU^T Z.
+void post_weight_chunk(Kernels& k, const PartDims& d, int64_t n, ConstDataPtr dxo, ConstDataPtr hc,
+                       ConstDataPtr dgc, ConstDataPtr duc, ConstDataPtr zc, const PostGrads& wg) {
+  const int64_t h = d.hidden, f = d.ffn;
+  k.gemm(true, false, h, f, n, 1.0, dxo, h, hc, f, 1.0, wg.down, f);
+  k.gemm(true, false, f, h, n, 1.0, dgc, f, zc, h, 1.0, wg.gate, h);
+  k.gemm(true, false, f, h, n, 1.0, duc, f, zc, h, 1.0, wg.up, h);
+}
+
+}  // namespace
+
+void post_backward_input(Backend& be, const PartDims& d, const PostWeights& w, DataPtr g_norm2,
+                         const PostBackward& t, const PostGrads* wg, const PostWorkspace& ws) {
+  Kernels& k = be.kernels();
+  const int64_t T = d.tokens, h = d.hidden, f = d.ffn, C = d.mlp_chunk;
+  for (int64_t c0 = 0; c0 < T; c0 += C) {
+    const int64_t n = std::min(C, T - c0);
+    const ConstDataPtr zc = t.z.at(c0 * h);
+    ConstDataPtr gc = t.g ? t.g.at(c0 * f) : ConstDataPtr();
+    ConstDataPtr uc = t.u ? t.u.at(c0 * f) : ConstDataPtr();
+    if (!gc) {
+      k.gemm(false, true, n, f, h, 1.0, zc, h, w.gate, h, 0.0, ws.g, f);
+      gc = ws.g;
+    }
+    if (!uc) {
+      k.gemm(false, true, n, f, h, 1.0, zc, h, w.up, h, 0.0, ws.u, f);
+      uc = ws.u;
+    }
+    const DataPtr hc = t.h ? t.h.at(c0 * f) : ws.h;
+    k.swiglu_forward(hc, gc, uc, n * f);
+    k.gemm(false, false, n, f, h, 1.0, t.dxo.at(c0 * h), h, w.down, f, 0.0, ws.dh, f);
+    const DataPtr dgc = t.dg ? t.dg.at(c0 * f) : ws.dg;
+    const DataPtr duc = t.du ? t.du.at(c0 * f) : ws.du;
+    k.swiglu_backward(dgc, duc, ws.dh, gc, uc, n * f);
+    k.gemm(false, false, n, h, f, 1.0, dgc, f, w.gate, h, 0.0, ws.dz.at(c0 * h), h);
+    k.gemm(false, false, n, h, f, 1.0, duc, f, w.up, h, 1.0, ws.dz.at(c0 * h), h);
+    if (wg) post_weight_chunk(k, d, n, t.dxo.at(c0 * h), hc, dgc, duc, zc, *wg);
+  }
+  copy_elems(be, t.dr, t.dxo, T * h);
+  k.rmsnorm_backward(t.dr, g_norm2, ws.dz, t.y, w.norm2, t.rstd2, T, h, true);
+  k.gemm(false, false, T, h, h, 1.0, t.dr, h, w.wo, h, 0.0, t.dout, h);
+  if (wg) k.gemm(true, false, h, h, T, 1.0, t.dr, h, t.o, h, 1.0, wg->wo, h);
+}
+
+void post_backward_weight(Backend& be, const PartDims& d, const PostBackward& t,
+                          const PostGrads& wg) {
+  Kernels& k = be.kernels();
+  const int64_t T = d.tokens, h = d.hidden, f = d.ffn, C = d.mlp_chunk;
+  for (int64_t c0 = 0; c0 < T; c0 += C) {
+    const int64_t n = std::min(C, T - c0);
+    post_weight_chunk(k, d, n, t.dxo.at(c0 * h), t.h.at(c0 * f), t.dg.at(c0 * f), t.du.at(c0 * f),
+                      t.z.at(c0 * h), wg);
+  }
+  k.gemm(true, false, h, h, T, 1.0, t.dr, h, t.o, h, 1.0, wg.wo, h);
+}
+
+// ---- head -----------------------------------------------------------------------------------
+
+void head_forward(Backend& be, const PartDims& d, const HeadWeights& w, ConstDataPtr x,
+                  DataPtr rstdf, DataPtr zf, const int32_t* targets, DataPtr lsece,
+                  DataPtr loss_sum, DataPtr logits_ws, const LogitsSink& sink) {
+  Kernels& k = be.kernels();
+  const int64_t T = d.tokens, h = d.hidden, V = d.vocab, C = d.head_chunk;
+  k.rmsnorm_forward(zf, rstdf, x, w.final_norm, T, h, d.rms_eps);
+  for (int64_t c0 = 0; c0 < T; c0 += C) {
+    const int64_t n = std::min(C, T - c0);
+    k.gemm(false, true, n, V, h, 1.0, zf.at(c0 * h), h, w.lm_head, h, 0.0, logits_ws, V);
+    if (sink) sink(logits_ws, c0, n);
+    if (targets) k.cross_entropy_forward(logits_ws, V, targets + c0, n, V, lsece.at(c0), loss_sum);
+  }
+}
+
+void head_backward_input(Backend& be, const PartDims& d, const HeadWeights& w, DataPtr g_final_norm,
+                         const HeadBackward& t, DataPtr g_lm, const HeadWorkspace& ws) {
+  Kernels& k = be.kernels();
+  const int64_t T = d.tokens, h = d.hidden, V = d.vocab, C = d.head_chunk;
+  k.rmsnorm_forward(t.zf, ws.rstd, t.x, w.final_norm, T, h, d.rms_eps);
+  for (int64_t c0 = 0; c0 < T; c0 += C) {
+    const int64_t n = std::min(C, T - c0);
+    const DataPtr dl = t.dlogits ? t.dlogits.at(c0 * V) : ws.logits;
+    k.gemm(false, true, n, V, h, 1.0, t.zf.at(c0 * h), h, w.lm_head, h, 0.0, dl, V);
+    k.cross_entropy_backward(dl, dl, V, t.lsece.at(c0), t.targets + c0, n, V, t.scale);
+    k.gemm(false, false, n, h, V, 1.0, dl, V, w.lm_head, h, 0.0, ws.dzf.at(c0 * h), h);
+    if (g_lm) k.gemm(true, false, V, h, n, 1.0, dl, V, t.zf.at(c0 * h), h, 1.0, g_lm, h);
+  }
+  k.rmsnorm_backward(t.dx, g_final_norm, ws.dzf, t.x, w.final_norm, t.rstdf, T, h, false);
+}
+
+void head_backward_weight(Backend& be, const PartDims& d, ConstDataPtr dlogits, ConstDataPtr zf,
+                          DataPtr g_lm) {
+  Kernels& k = be.kernels();
+  const int64_t T = d.tokens, h = d.hidden, V = d.vocab, C = d.head_chunk;
+  for (int64_t c0 = 0; c0 < T; c0 += C) {
+    const int64_t n = std::min(C, T - c0);
+    k.gemm(true, false, V, h, n, 1.0, dlogits.at(c0 * V), V, zf.at(c0 * h), h, 1.0, g_lm, h);
+  }
+}
+
+}  // namespace hp
