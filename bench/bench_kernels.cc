@@ -240,8 +240,9 @@ int main(int argc, char** argv) {
   }
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const double min_s = quick ? 0.05 : 0.4;
-  std::vector<hp::CpuIsa> isas = {hp::cpu_best_isa()};
-  if (hp::cpu_best_isa() == hp::CpuIsa::kAvx512) isas.push_back(hp::CpuIsa::kAvx2);
+  // The f32 paths (the avx512bf16 path runs the avx512 f32 kernels; its bf16 rows come after).
+  std::vector<hp::CpuIsa> isas = {hp::CpuIsa::kAvx2};
+  if (hp::cpu_supports(hp::CpuIsa::kAvx512)) isas.insert(isas.begin(), hp::CpuIsa::kAvx512);
   std::printf("BLAS core: %s   best ISA: %s\n", hp::blas_core_name().c_str(),
               hp::cpu_isa_name(hp::cpu_best_isa()));
   std::printf("FLOPs: causal counted once; attention fwd = 4*heads*s^2/2*d, bwd = 2.5 x fwd\n\n");
