@@ -275,9 +275,8 @@ int main(int argc, char **argv) try {
   hp::Kernels &kern = be->kernels();
   const bool bf16 = a.precision == "bf16";
   HP_CHECK(!bf16 || kern.supports(hp::Precision::bf16()),
-           "bench_step: --precision=bf16 needs a CPU with AVX512-BF16 and a "
-           "build with oneDNN "
-           "(libdnnl-dev); this backend is {}",
+           "--precision=bf16 needs the CPU backend's avx512bf16 path (a CPU with AVX512-BF16, a "
+           "build with oneDNN, HP_CPU_ISA unset or auto); this backend is {}",
            be->name());
   const hp::ModelOptions mo{a.mlp_chunk, 1024};
 
