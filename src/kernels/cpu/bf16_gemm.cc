@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstdlib>
 #include <new>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
