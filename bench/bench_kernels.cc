@@ -1,7 +1,8 @@
 // Kernel benchmark: OpenBLAS sgemm against our attention forward/backward, every number printed as
-// a ratio to the sgemm rate measured in the same run with the same thread count.
+// a ratio to the sgemm rate measured in the same run with the same thread count; on a CPU with
+// AVX512-BF16 also the bf16 GEMM (oneDNN) and the bf16 attention, as ratios to that bf16 GEMM.
 //   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/bench/bench_kernels [--quick]
-//   build/bench/bench_kernels --one SEQ HEADS D THREADS avx2|avx512   (one attention case)
+//   build/bench/bench_kernels --one SEQ HEADS D THREADS avx2|avx512|bf16   (one attention case)
 // FLOP convention (causal attention, every FLOP counted once): forward 2 matmuls over the lower
 // triangle = 2 * 2 * b * heads * (s^2 / 2) * d; backward 5 such matmuls = 2.5x forward.
 #include <algorithm>
@@ -15,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/bf16_gemm.h"
+#include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/kernels.h"
 
@@ -100,6 +103,77 @@ AttnRate attention_gflops(hp::Kernels& k, int64_t seq, int64_t heads, int64_t d,
   return {fwd_flops / tf * 1e-9, 2.5 * fwd_flops / tb * 1e-9};
 }
 
+std::vector<hp::bf16> randb(size_t n, unsigned seed) {
+  const auto f = randn(n, seed);
+  std::vector<hp::bf16> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = hp::to_bf16(f[i]);
+  return out;
+}
+
+// bf16 GEMM (oneDNN) into a bf16 C.
+double bf16_gemm_gflops(hp::cpu::Bf16Gemm& g, int64_t M, int64_t N, int64_t K, double min_s) {
+  const auto a = randb(M * K, 1), b = randb(K * N, 2);
+  std::vector<hp::bf16> c(M * N);
+  const double t = best_seconds(
+      [&] { g.run(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N); },
+      min_s);
+  return 2.0 * M * N * K / t * 1e-9;
+}
+
+AttnRate bf16_attention_gflops(int threads, int64_t seq, int64_t heads, int64_t d, double min_s) {
+  const hp::cpu::Bf16Ops& ops = hp::cpu::avx512bf16_ops();
+  const hp::AttnShape s{1, seq, heads, heads, d, 3 * heads * d, heads * d};
+  const auto qkv = randb(seq * s.ld_qkv, 3), dout = randb(seq * s.ld_o, 4);
+  std::vector<hp::bf16> o(seq * s.ld_o), g(seq * s.ld_qkv);
+  std::vector<float> lse(heads * seq);
+  std::vector<float> fs(ops.attn_fwd_scratch(s, threads) + 16), bs(ops.attn_bwd_scratch(s, threads) + 16);
+  auto align = [](std::vector<float>& v) {
+    return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t(63));
+  };
+  const hp::bf16* q = qkv.data();
+  const double fwd_flops = 2.0 * 2.0 * heads * (double(seq) * seq / 2) * d;
+  const double tf = best_seconds(
+      [&] { ops.attn_fwd(s, q, q + heads * d, q + 2 * heads * d, o.data(), lse.data(), align(fs), threads); },
+      min_s);
+  const double tb = best_seconds(
+      [&] {
+        ops.attn_bwd(s, q, q + heads * d, q + 2 * heads * d, o.data(), dout.data(), lse.data(),
+                     g.data(), g.data() + heads * d, g.data() + 2 * heads * d, align(bs), threads);
+      },
+      min_s);
+  return {fwd_flops / tf * 1e-9, 2.5 * fwd_flops / tb * 1e-9};
+}
+
+// The bf16 rows of one thread count: the GEMM rates and the attention as a ratio to them.
+void bf16_rows(int threads, const std::vector<int64_t>& seqs, double min_s) {
+  if (!hp::cpu::cpu_has_avx512bf16() || !hp::cpu::Bf16Gemm::available()) {
+    std::printf("%-7d %-7s (no AVX512-BF16 on this CPU or no oneDNN in this build: skipped)\n",
+                threads, "bf16");
+    return;
+  }
+  hp::cpu::Bf16Gemm g(threads);
+  const double sq = bf16_gemm_gflops(g, 1024, 1024, 1024, min_s);
+  const double qkv = bf16_gemm_gflops(g, 4096, 768, 256, min_s);
+  std::printf("%-7d %-7s %-24s %10.1f %10.2f   (%s)\n", threads, "bf16", "bf16 gemm 1024^3", sq, 1.0,
+              g.implementation(false, false, 1024, 1024, 1024, 1024, 1024, 1024, hp::DType::kBF16).c_str());
+  std::printf("%-7d %-7s %-24s %10.1f %10.2f\n", threads, "bf16", "bf16 gemm 4096x768x256", qkv, qkv / sq);
+  for (int64_t seq : seqs) {
+    for (auto [heads, d] : {std::pair<int64_t, int64_t>{4, 64}, {2, 128}}) {
+      const double sq_here = bf16_gemm_gflops(g, 1024, 1024, 1024, min_s / 2);
+      const AttnRate r = bf16_attention_gflops(threads, seq, heads, d, min_s);
+      char name[64];
+      std::snprintf(name, sizeof name, "attn fwd s=%lld h%lldxd%lld", (long long)seq,
+                    (long long)heads, (long long)d);
+      std::printf("%-7d %-7s %-24s %10.1f %10.2f   (bf16 gemm next to it: %.1f)\n", threads,
+                  "bf16", name, r.fwd, r.fwd / sq_here, sq_here);
+      std::snprintf(name, sizeof name, "attn bwd s=%lld h%lldxd%lld", (long long)seq,
+                    (long long)heads, (long long)d);
+      std::printf("%-7d %-7s %-24s %10.1f %10.2f\n", threads, "bf16", name, r.bwd, r.bwd / sq_here);
+      std::fflush(stdout);
+    }
+  }
+}
+
 // Row/elementwise kernels: GB/s of compulsory traffic, and the speedup over the reference
 // backend (plain loops) on the same data, both timed in this run.
 void elementwise_rows(hp::Kernels& k, hp::Kernels& ref, double min_s) {
@@ -148,7 +222,14 @@ void elementwise_rows(hp::Kernels& k, hp::Kernels& ref, double min_s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --one SEQ HEADS D THREADS avx2|avx512: only that attention case (for profilers).
+  // --one SEQ HEADS D THREADS avx2|avx512|bf16: only that attention case (for profilers).
+  if (argc == 7 && std::strcmp(argv[1], "--one") == 0 && std::strcmp(argv[6], "bf16") == 0) {
+    g_cpu_clock = std::atoi(argv[5]) == 1;
+    const AttnRate r = bf16_attention_gflops(std::atoi(argv[5]), std::atoll(argv[2]),
+                                             std::atoll(argv[3]), std::atoll(argv[4]), 2.0);
+    std::printf("bf16 fwd %.1f GFLOP/s  bwd %.1f GFLOP/s\n", r.fwd, r.bwd);
+    return 0;
+  }
   if (argc == 7 && std::strcmp(argv[1], "--one") == 0) {
     const hp::CpuIsa isa = std::strcmp(argv[6], "avx2") == 0 ? hp::CpuIsa::kAvx2 : hp::CpuIsa::kAvx512;
     g_cpu_clock = std::atoi(argv[5]) == 1;
@@ -159,12 +240,14 @@ int main(int argc, char** argv) {
   }
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const double min_s = quick ? 0.05 : 0.4;
-  std::vector<hp::CpuIsa> isas = {hp::cpu_best_isa()};
-  if (hp::cpu_best_isa() == hp::CpuIsa::kAvx512) isas.push_back(hp::CpuIsa::kAvx2);
+  // The f32 paths (the avx512bf16 path runs the avx512 f32 kernels; its bf16 rows come after).
+  std::vector<hp::CpuIsa> isas = {hp::CpuIsa::kAvx2};
+  if (hp::cpu_supports(hp::CpuIsa::kAvx512)) isas.insert(isas.begin(), hp::CpuIsa::kAvx512);
   std::printf("BLAS core: %s   best ISA: %s\n", hp::blas_core_name().c_str(),
               hp::cpu_isa_name(hp::cpu_best_isa()));
   std::printf("FLOPs: causal counted once; attention fwd = 4*heads*s^2/2*d, bwd = 2.5 x fwd\n\n");
-  std::printf("%-7s %-7s %-24s %10s %10s\n", "threads", "isa", "kernel", "GFLOP/s", "/sgemm");
+  std::printf("%-7s %-7s %-24s %10s %10s\n", "threads", "isa", "kernel", "GFLOP/s",
+              "/sgemm (bf16 rows: /bf16 gemm)");
   const std::vector<int64_t> seqs = quick ? std::vector<int64_t>{1024} : std::vector<int64_t>{1024, 4096};
   for (int threads : {1, 2}) {
     g_cpu_clock = threads == 1;
@@ -200,6 +283,7 @@ int main(int argc, char** argv) {
         elementwise_rows(*k, *ref, min_s / 2);
       }
     }
+    bf16_rows(threads, seqs, min_s);
   }
   return 0;
 }

@@ -3,8 +3,11 @@
 # when everything is already present. Extra package names given as arguments are installed too.
 set -euo pipefail
 
+# libdnnl-dev: the bf16 GEMMs of the CPU backend; libjemalloc2: the tuned allocator bench_step
+# gives the PyTorch baseline (bench_step --torch also needs python3-torch: pass it as an argument).
 pkgs=(build-essential cmake ninja-build pkg-config googletest libgtest-dev libbenchmark-dev
-      libopenblas-dev libopenmpi-dev openmpi-bin libcli11-dev nlohmann-json3-dev libfmt-dev "$@")
+      libopenblas-dev libdnnl-dev libjemalloc2 libopenmpi-dev openmpi-bin libcli11-dev
+      nlohmann-json3-dev libfmt-dev "$@")
 
 missing=()
 for p in "${pkgs[@]}"; do

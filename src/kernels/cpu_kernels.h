@@ -10,8 +10,10 @@
 
 namespace hp {
 
-// kAuto picks AVX-512 when the CPU has it (F, BW, DQ, VL), else AVX2+FMA.
-enum class CpuIsa { kAuto, kAvx512, kAvx2 };
+// kAuto picks AVX-512 with AVX512-BF16 when the CPU has both (f32 kernels as kAvx512, plus the
+// bf16 kernels: the only ISA under which supports(Precision::bf16()) is true), else AVX-512 (F, BW,
+// DQ, VL), else AVX2+FMA.
+enum class CpuIsa { kAuto, kAvx512, kAvx512Bf16, kAvx2 };
 
 // The thread count the CPU kernels use for `threads`: itself when > 0, else OMP_NUM_THREADS if
 // set, else the cores this process may run on (its affinity mask, as mpirun binds it).
@@ -19,11 +21,12 @@ int cpu_threads(int threads);
 
 // threads <= 0: cpu_threads(threads). Throws hp::Error if `isa` is not
 // supported by this CPU. (make_cpu_kernels(threads) and make_cpu_backend(threads) use kAuto, or
-// HP_CPU_ISA=avx2|avx512|auto when set.)
+// HP_CPU_ISA=avx2|avx512|avx512bf16|auto when set.)
 std::unique_ptr<Kernels> make_cpu_kernels(int threads, CpuIsa isa);
 std::unique_ptr<Backend> make_cpu_backend(int threads, CpuIsa isa);
 
-// The ISA HP_CPU_ISA=avx2|avx512|auto asks for (kAuto when unset); hp::Error on another value.
+// The ISA HP_CPU_ISA=avx2|avx512|avx512bf16|auto asks for (kAuto when unset); hp::Error on
+// another value.
 CpuIsa cpu_isa_from_env();
 
 // True when this CPU can run `isa` (kAuto: always).

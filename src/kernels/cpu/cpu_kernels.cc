@@ -1,7 +1,8 @@
-// The fast CPU backend: GEMMs through OpenBLAS, attention and the elementwise kernels through our
-// SIMD code (one IsaOps table per ISA, picked at construction). This file is built with the default
-// flags: it checks shapes and types, owns the scratch memory and sums what must be summed in a
-// fixed order. The backend around these kernels (memory, copies) is kernels/host.
+// The fast CPU backend: f32 GEMMs through OpenBLAS, attention and the elementwise kernels through
+// our SIMD code (one IsaOps table per ISA, picked at construction); on a CPU with AVX512-BF16 also
+// bf16 (GEMMs through oneDNN, bf16_gemm.h; the rest through the Bf16Ops table, bf16_ops.h). This
+// file is built with the default flags: it checks shapes and types, owns the scratch memory and
+// sums what must be summed in a fixed order. The backend around these kernels is kernels/host.
 #include "kernels/cpu_kernels.h"
 
 #include <cblas.h>
@@ -14,6 +15,8 @@
 #include <new>
 #include <vector>
 
+#include "kernels/cpu/bf16_gemm.h"
+#include "kernels/cpu/bf16_ops.h"
 #include "kernels/cpu/isa_ops.h"
 #include "kernels/reference/reference_math.h"
 #include "kernels/rope_angles.h"
@@ -49,6 +52,7 @@ class Scratch {
 // CpuKernels::Lease), so several threads (ranks run as threads) may share one backend object.
 struct Workspace {
   Scratch attn, small;
+  std::unique_ptr<cpu::Bf16Gemm> gemm16;  // made on the first bf16 GEMM of this workspace
   ReferenceMath<float> ref;  // plain-loop attention for head dims that are no multiple of 8
   std::vector<float> rope_cos, rope_sin;  // [positions][head_dim / 2]
   int64_t rope_head_dim = -1, rope_npos = 0;
@@ -67,24 +71,32 @@ double read_any(ConstDataPtr p, int64_t i) {
   return 0;
 }
 
-// The CPU kernels. Every entry point dispatches on the element type of its compute operand; f32
-// runs the OpenBLAS / SIMD code below, other types throw until a kernel for them is added here (a
-// case per type: the bf16 GEMM and attention plug in the same way).
+// The CPU kernels. Every entry point dispatches on the element type of its compute operand: f32
+// runs the OpenBLAS / SIMD code, bf16 the oneDNN GEMM and the Bf16Ops table when the ISA is
+// kAvx512Bf16 (else a clear error), other types throw.
 class CpuKernels final : public Kernels {
  public:
   CpuKernels(int threads, CpuIsa isa)
       : threads_(resolve_threads(threads)),
         isa_(isa),
-        ops_(isa == CpuIsa::kAvx512 ? cpu::avx512_ops() : cpu::avx2_ops()) {
+        ops_(isa == CpuIsa::kAvx2 ? cpu::avx2_ops() : cpu::avx512_ops()),
+        b16_(isa == CpuIsa::kAvx512Bf16 && cpu::Bf16Gemm::available() ? &cpu::avx512bf16_ops()
+                                                                        : nullptr) {
     openblas_set_num_threads(threads_);
   }
   std::string name() const override { return std::string("cpu-") + cpu_isa_name(isa_); }
-  bool supports(const Precision& p) const override { return p == Precision::fp32(); }
+  bool supports(const Precision& p) const override {
+    return p == Precision::fp32() || (p == Precision::bf16() && b16_);
+  }
   int threads() const { return threads_; }
 
   void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
             ConstDataPtr A, int64_t lda, ConstDataPtr B, int64_t ldb, double beta, DataPtr C,
             int64_t ldc) override {
+    if (A.dtype == DType::kBF16) {
+      gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    }
     if (A.dtype != DType::kF32) unsupported("gemm", A.dtype);
     if (M == 0 || N == 0) return;
     // OpenBLAS has one global thread count; several backends with different counts may coexist.
@@ -99,15 +111,29 @@ class CpuKernels final : public Kernels {
 
   void rmsnorm_forward(DataPtr y, DataPtr rstd, ConstDataPtr x, ConstDataPtr g, int64_t rows,
                        int64_t dim, double eps) override {
-    if (x.dtype != DType::kF32) unsupported("rmsnorm_forward", x.dtype);
     HP_CHECK(rows >= 0 && dim >= 1, "rmsnorm: bad shape rows={} dim={}", rows, dim);
+    if (x.dtype == DType::kBF16) {
+      b16("rmsnorm_forward").rmsnorm_fwd(y.as<bf16>(), rstd.as<float>(), x.as<bf16>(),
+                                         g.as<bf16>(), rows, dim, static_cast<float>(eps),
+                                         threads_);
+      return;
+    }
+    if (x.dtype != DType::kF32) unsupported("rmsnorm_forward", x.dtype);
     ops_.rmsnorm_fwd(y.as<float>(), rstd.as<float>(), x.as<float>(), g.as<float>(), rows, dim,
                      static_cast<float>(eps), threads_);
   }
   void rmsnorm_backward(DataPtr dx, DataPtr dg, ConstDataPtr dy, ConstDataPtr x, ConstDataPtr g,
                         ConstDataPtr rstd, int64_t rows, int64_t dim, bool accumulate) override {
-    if (x.dtype != DType::kF32) unsupported("rmsnorm_backward", x.dtype);
     HP_CHECK(rows >= 0 && dim >= 1, "rmsnorm: bad shape rows={} dim={}", rows, dim);
+    if (x.dtype == DType::kBF16) {
+      const cpu::Bf16Ops& o = b16("rmsnorm_backward");
+      Lease ws(*this);
+      o.rmsnorm_bwd(dx.as<bf16>(), dg.as<float>(), dy.as<bf16>(), x.as<bf16>(), g.as<bf16>(),
+                    rstd.as<float>(), rows, dim, accumulate,
+                    ws->small.get(static_cast<size_t>(threads_ * dim)), threads_);
+      return;
+    }
+    if (x.dtype != DType::kF32) unsupported("rmsnorm_backward", x.dtype);
     Lease ws(*this);
     float* part = ws->small.get(static_cast<size_t>(threads_ * dim));
     ops_.rmsnorm_bwd(dx.as<float>(), dg.as<float>(), dy.as<float>(), x.as<float>(), g.as<float>(),
@@ -116,21 +142,31 @@ class CpuKernels final : public Kernels {
 
   void rope(DataPtr x, int64_t rows, int64_t ld, int64_t seq, int64_t n_heads, int64_t head_dim,
             double theta, bool inverse) override {
-    if (x.dtype != DType::kF32) unsupported("rope", x.dtype);
+    if (x.dtype != DType::kF32 && x.dtype != DType::kBF16) unsupported("rope", x.dtype);
+    const cpu::Bf16Ops* o = x.dtype == DType::kBF16 ? &b16("rope") : nullptr;
     HP_CHECK(head_dim % 2 == 0, "rope: head_dim {} must be even", head_dim);
     HP_CHECK(seq >= 1 && ld >= n_heads * head_dim,
              "rope: seq={} must be >= 1 and ld={} >= n_heads*head_dim={}", seq, ld,
              n_heads * head_dim);
     Lease ws(*this);
     rope_table(*ws, std::min(seq, rows), head_dim, theta);  // positions actually used
+    if (o) {
+      o->rope(x.as<bf16>(), rows, ld, seq, n_heads, head_dim, ws->rope_cos.data(),
+              ws->rope_sin.data(), inverse, threads_);
+      return;
+    }
     ops_.rope(x.as<float>(), rows, ld, seq, n_heads, head_dim, ws->rope_cos.data(),
               ws->rope_sin.data(), inverse, threads_);
   }
 
   void attention_forward(const AttnShape& s, ConstDataPtr q, ConstDataPtr k, ConstDataPtr v,
                          DataPtr o, DataPtr lse) override {
-    if (q.dtype != DType::kF32) unsupported("attention_forward", q.dtype);
     check_attn(s);
+    if (q.dtype == DType::kBF16) {
+      attention_forward_bf16(s, q, k, v, o, lse);
+      return;
+    }
+    if (q.dtype != DType::kF32) unsupported("attention_forward", q.dtype);
     if (s.head_dim % 8 != 0) {  // toy sizes: the plain loops (correct, slow)
       Lease ws(*this);
       ws->ref.attention_forward(s, q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(),
@@ -145,8 +181,12 @@ class CpuKernels final : public Kernels {
   void attention_backward(const AttnShape& s, ConstDataPtr q, ConstDataPtr k, ConstDataPtr v,
                           ConstDataPtr o, ConstDataPtr dout, ConstDataPtr lse, DataPtr dq,
                           DataPtr dk, DataPtr dv) override {
-    if (q.dtype != DType::kF32) unsupported("attention_backward", q.dtype);
     check_attn(s);
+    if (q.dtype == DType::kBF16) {
+      attention_backward_bf16(s, q, k, v, o, dout, lse, dq, dk, dv);
+      return;
+    }
+    if (q.dtype != DType::kF32) unsupported("attention_backward", q.dtype);
     Lease ws(*this);
     if (s.head_dim % 8 != 0) {
       ws->ref.attention_backward(s, q.as<float>(), k.as<float>(), v.as<float>(), o.as<float>(),
@@ -161,11 +201,20 @@ class CpuKernels final : public Kernels {
   }
 
   void swiglu_forward(DataPtr h, ConstDataPtr g, ConstDataPtr u, int64_t n) override {
+    if (g.dtype == DType::kBF16) {
+      b16("swiglu_forward").swiglu_fwd(h.as<bf16>(), g.as<bf16>(), u.as<bf16>(), n, threads_);
+      return;
+    }
     if (g.dtype != DType::kF32) unsupported("swiglu_forward", g.dtype);
     ops_.swiglu_fwd(h.as<float>(), g.as<float>(), u.as<float>(), n, threads_);
   }
   void swiglu_backward(DataPtr dg, DataPtr du, ConstDataPtr dh, ConstDataPtr g, ConstDataPtr u,
                        int64_t n) override {
+    if (g.dtype == DType::kBF16) {
+      b16("swiglu_backward").swiglu_bwd(dg.as<bf16>(), du.as<bf16>(), dh.as<bf16>(),
+                                        g.as<bf16>(), u.as<bf16>(), n, threads_);
+      return;
+    }
     if (g.dtype != DType::kF32) unsupported("swiglu_backward", g.dtype);
     ops_.swiglu_bwd(dg.as<float>(), du.as<float>(), dh.as<float>(), g.as<float>(), u.as<float>(),
                     n, threads_);
@@ -174,8 +223,18 @@ class CpuKernels final : public Kernels {
   void cross_entropy_forward(ConstDataPtr logits, int64_t ld, const int32_t* targets,
                              int64_t rows, int64_t vocab, DataPtr lse,
                              DataPtr loss_sum) override {
-    if (logits.dtype != DType::kF32) unsupported("cross_entropy_forward", logits.dtype);
     check_ce(ld, targets, rows, vocab);
+    if (logits.dtype == DType::kBF16) {
+      const bf16* x = logits.as<bf16>();
+      float* l = lse.as<float>();
+      b16("cross_entropy_forward").ce_fwd(x, ld, rows, vocab, l, threads_);
+      double total = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        total += static_cast<double>(l[r]) - static_cast<double>(to_float(x[r * ld + targets[r]]));
+      *loss_sum.as<double>() += total;
+      return;
+    }
+    if (logits.dtype != DType::kF32) unsupported("cross_entropy_forward", logits.dtype);
     const float* x = logits.as<float>();
     float* l = lse.as<float>();
     ops_.ce_fwd(x, ld, rows, vocab, l, threads_);
@@ -187,25 +246,44 @@ class CpuKernels final : public Kernels {
   void cross_entropy_backward(DataPtr dlogits, ConstDataPtr logits, int64_t ld, ConstDataPtr lse,
                               const int32_t* targets, int64_t rows, int64_t vocab,
                               double scale) override {
-    if (dlogits.dtype != DType::kF32) unsupported("cross_entropy_backward", dlogits.dtype);
     check_ce(ld, targets, rows, vocab);
+    if (dlogits.dtype == DType::kBF16) {
+      const cpu::Bf16Ops& o = b16("cross_entropy_backward");
+      if (logits.dtype == DType::kF32)
+        o.ce_bwd_f32(dlogits.as<bf16>(), logits.as<float>(), ld, lse.as<float>(), targets, rows,
+                     vocab, static_cast<float>(scale), threads_);
+      else
+        o.ce_bwd(dlogits.as<bf16>(), logits.as<bf16>(), ld, lse.as<float>(), targets, rows, vocab,
+                 static_cast<float>(scale), threads_);
+      return;
+    }
+    if (dlogits.dtype != DType::kF32) unsupported("cross_entropy_backward", dlogits.dtype);
     ops_.ce_bwd(dlogits.as<float>(), logits.as<float>(), ld, lse.as<float>(), targets, rows, vocab,
                 static_cast<float>(scale), threads_);
   }
 
   void embedding_forward(DataPtr x, const int32_t* tokens, ConstDataPtr table, int64_t n,
                          int64_t dim) override {
-    if (table.dtype != DType::kF32) unsupported("embedding_forward", table.dtype);
+    if (table.dtype != DType::kF32 && table.dtype != DType::kBF16)
+      unsupported("embedding_forward", table.dtype);
+    if (table.dtype == DType::kBF16) b16("embedding_forward");
+    HP_CHECK(x.dtype == table.dtype, "embedding_forward: rows of {} values into {} values",
+             dtype_name(table.dtype), dtype_name(x.dtype));
     check_tokens(tokens, n);
-    float* xx = x.as<float>();
-    const float* t = table.as<float>();
+    const size_t row = static_cast<size_t>(dim * dtype_bytes(x.dtype));
+    char* xx = static_cast<char*>(x.data);
+    const char* t = static_cast<const char*>(table.data);
     for (int64_t i = 0; i < n; ++i)
-      std::memcpy(xx + i * dim, t + static_cast<int64_t>(tokens[i]) * dim, sizeof(float) * dim);
+      std::memcpy(xx + i * row, t + static_cast<int64_t>(tokens[i]) * row, row);
   }
   void embedding_backward(DataPtr dtable, const int32_t* tokens, ConstDataPtr dx, int64_t n,
                           int64_t dim) override;
 
   void axpy(DataPtr y, ConstDataPtr x, double alpha, int64_t n) override {
+    if (y.dtype == DType::kBF16) {
+      b16("axpy").axpy(y.as<bf16>(), x.as<bf16>(), static_cast<float>(alpha), n, threads_);
+      return;
+    }
     if (y.dtype != DType::kF32) unsupported("axpy", y.dtype);
     ops_.axpy(y.as<float>(), x.as<float>(), static_cast<float>(alpha), n, threads_);
   }
@@ -217,10 +295,31 @@ class CpuKernels final : public Kernels {
 
  private:
   [[noreturn]] void unsupported(const char* kernel, DType t) const {
-    fail("{}: the CPU kernels do not have {} for {} values (supported: f32); use precision fp32 "
-         "or the reference backend",
+    fail("{}: the CPU kernels do not have {} for {} values (supported: f32, and bf16 on a CPU "
+         "with AVX512-BF16); use precision fp32 or the reference backend",
          name(), kernel, dtype_name(t));
   }
+  // The bf16 table, or an error saying why this backend has none.
+  const cpu::Bf16Ops& b16(const char* kernel) const {
+    if (b16_) return *b16_;
+    if (!cpu::Bf16Gemm::available())
+      fail("{}: {} got bf16 values, but this build has no oneDNN (install libdnnl-dev with "
+           "scripts/install_deps.sh and reconfigure); use precision fp32",
+           name(), kernel);
+    fail("{}: {} got bf16 values, but bf16 needs the avx512bf16 path ({}; this backend runs "
+         "{}); use precision fp32, or HP_CPU_ISA=auto on such a CPU",
+         name(), kernel,
+         cpu::cpu_has_avx512bf16() ? "this CPU has it" : "this CPU has no AVX512-BF16",
+         cpu_isa_name(isa_));
+  }
+  void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+                 ConstDataPtr A, int64_t lda, ConstDataPtr B, int64_t ldb, double beta, DataPtr C,
+                 int64_t ldc);
+  void attention_forward_bf16(const AttnShape& s, ConstDataPtr q, ConstDataPtr k, ConstDataPtr v,
+                              DataPtr o, DataPtr lse);
+  void attention_backward_bf16(const AttnShape& s, ConstDataPtr q, ConstDataPtr k,
+                               ConstDataPtr v, ConstDataPtr o, ConstDataPtr dout,
+                               ConstDataPtr lse, DataPtr dq, DataPtr dk, DataPtr dv);
   static void check_attn(const AttnShape& s) {
     HP_CHECK(s.batch >= 1 && s.seq >= 1 && s.kv_heads >= 1 && s.heads % s.kv_heads == 0,
              "attention: bad shape batch={} seq={} heads={} kv_heads={} (heads must be a "
@@ -259,6 +358,7 @@ class CpuKernels final : public Kernels {
   int threads_;
   CpuIsa isa_;
   const cpu::IsaOps& ops_;
+  const cpu::Bf16Ops* b16_;  // null unless the ISA is kAvx512Bf16 and oneDNN is built in
   // Takes a free workspace for the duration of one call (a new one only when every existing one
   // is in use by another thread, so one caller never allocates in steady state).
   class Lease {
@@ -290,11 +390,62 @@ class CpuKernels final : public Kernels {
   std::vector<std::unique_ptr<Workspace>> free_;
 };
 
+// bf16 A and B into a bf16 C (activations) or an f32 C (parameter gradients), through the
+// workspace's oneDNN GEMM (its primitives are cached per call shape).
+void CpuKernels::gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                           double alpha, ConstDataPtr A, int64_t lda, ConstDataPtr B, int64_t ldb,
+                           double beta, DataPtr C, int64_t ldc) {
+  b16("gemm");
+  HP_CHECK(C.dtype == DType::kBF16 || C.dtype == DType::kF32,
+           "gemm: bf16 inputs go into a bf16 or an f32 C, not {}", dtype_name(C.dtype));
+  Lease ws(*this);
+  if (!ws->gemm16) ws->gemm16 = std::make_unique<cpu::Bf16Gemm>(threads_);
+  const float a = static_cast<float>(alpha), b = static_cast<float>(beta);
+  if (C.dtype == DType::kBF16)
+    ws->gemm16->run(trans_a, trans_b, M, N, K, a, A.as<bf16>(), lda, B.as<bf16>(), ldb, b,
+                    C.as<bf16>(), ldc);
+  else
+    ws->gemm16->run(trans_a, trans_b, M, N, K, a, A.as<bf16>(), lda, B.as<bf16>(), ldb, b,
+                    C.as<float>(), ldc);
+}
+
+void CpuKernels::attention_forward_bf16(const AttnShape& s, ConstDataPtr q, ConstDataPtr k,
+                                        ConstDataPtr v, DataPtr o, DataPtr lse) {
+  const cpu::Bf16Ops& b = b16("attention_forward");
+  HP_CHECK(s.head_dim % 2 == 0,
+           "attention_forward: bf16 attention on the CPU needs an even head_dim (it reads column "
+           "pairs), got {}; use precision fp32",
+           s.head_dim);
+  Lease ws(*this);
+  float* scratch = ws->attn.get(b.attn_fwd_scratch(s, threads_));
+  b.attn_fwd(s, q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), o.as<bf16>(), lse.as<float>(), scratch,
+             threads_);
+}
+
+void CpuKernels::attention_backward_bf16(const AttnShape& s, ConstDataPtr q, ConstDataPtr k,
+                                         ConstDataPtr v, ConstDataPtr o, ConstDataPtr dout,
+                                         ConstDataPtr lse, DataPtr dq, DataPtr dk, DataPtr dv) {
+  const cpu::Bf16Ops& b = b16("attention_backward");
+  HP_CHECK(s.head_dim % 2 == 0,
+           "attention_backward: bf16 attention on the CPU needs an even head_dim (it reads "
+           "column pairs), got {}; use precision fp32",
+           s.head_dim);
+  Lease ws(*this);
+  float* scratch = ws->attn.get(b.attn_bwd_scratch(s, threads_));
+  b.attn_bwd(s, q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), o.as<bf16>(), dout.as<bf16>(),
+             lse.as<float>(), dq.as<bf16>(), dk.as<bf16>(), dv.as<bf16>(), scratch, threads_);
+}
+
 // Token order is kept per column, so splitting columns across threads stays deterministic.
 void CpuKernels::embedding_backward(DataPtr dtable, const int32_t* tokens, ConstDataPtr dx,
                                     int64_t n, int64_t dim) {
-  if (dx.dtype != DType::kF32) unsupported("embedding_backward", dx.dtype);
   check_tokens(tokens, n);
+  if (dx.dtype == DType::kBF16) {
+    b16("embedding_backward")
+        .embedding_bwd(dtable.as<float>(), tokens, dx.as<bf16>(), n, dim, threads_);
+    return;
+  }
+  if (dx.dtype != DType::kF32) unsupported("embedding_backward", dx.dtype);
   float* table = dtable.as<float>();
   const float* d = dx.as<float>();
   const int64_t cols = 256, nc = (dim + cols - 1) / cols;
@@ -319,6 +470,15 @@ void CpuKernels::convert(DataPtr dst, ConstDataPtr src, int64_t n) {
     std::memcpy(dst.data, src.data, static_cast<size_t>(n * dtype_bytes(dst.dtype)));
     return;
   }
+  // f32 <-> bf16 vectorized where the CPU has AVX512-BF16 (f32 subnormals round to zero there).
+  if (b16_ && dst.dtype == DType::kBF16 && src.dtype == DType::kF32) {
+    b16_->to_bf16(dst.as<bf16>(), src.as<float>(), n, threads_);
+    return;
+  }
+  if (b16_ && dst.dtype == DType::kF32 && src.dtype == DType::kBF16) {
+    b16_->to_f32(dst.as<float>(), src.as<bf16>(), n, threads_);
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) {
     const double x = read_any(src, i);
     switch (dst.dtype) {
@@ -331,6 +491,15 @@ void CpuKernels::convert(DataPtr dst, ConstDataPtr src, int64_t n) {
 
 // Block sums in double, added in block order: the same result for every thread count.
 double CpuKernels::sum_squares(ConstDataPtr x, int64_t n) {
+  if (x.dtype == DType::kBF16 && b16_) {
+    const int64_t nb = (n + cpu::kSumBlock - 1) / cpu::kSumBlock;
+    Lease ws(*this);
+    double* part = reinterpret_cast<double*>(ws->small.get(static_cast<size_t>(2 * nb + 2)));
+    b16_->sum_squares_blocks(x.as<bf16>(), n, part, threads_);
+    double total = 0;
+    for (int64_t b = 0; b < nb; ++b) total += part[b];
+    return total;
+  }
   if (x.dtype != DType::kF32) {
     double acc = 0;
     for (int64_t i = 0; i < n; ++i) acc += read_any(x, i) * read_any(x, i);
@@ -391,17 +560,22 @@ bool cpu_supports(CpuIsa isa) {
     case CpuIsa::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    case CpuIsa::kAvx512Bf16: return cpu::cpu_has_avx512bf16();
     case CpuIsa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   }
   return false;
 }
 
-CpuIsa cpu_best_isa() { return cpu_supports(CpuIsa::kAvx512) ? CpuIsa::kAvx512 : CpuIsa::kAvx2; }
+CpuIsa cpu_best_isa() {
+  if (cpu_supports(CpuIsa::kAvx512Bf16)) return CpuIsa::kAvx512Bf16;
+  return cpu_supports(CpuIsa::kAvx512) ? CpuIsa::kAvx512 : CpuIsa::kAvx2;
+}
 
 const char* cpu_isa_name(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kAuto: return "auto";
     case CpuIsa::kAvx512: return "avx512";
+    case CpuIsa::kAvx512Bf16: return "avx512bf16";
     case CpuIsa::kAvx2: return "avx2";
   }
   return "?";
@@ -421,14 +595,16 @@ std::unique_ptr<Kernels> make_cpu_kernels(int threads, CpuIsa isa) {
   return std::make_unique<CpuKernels>(threads, isa);
 }
 
-// HP_CPU_ISA=avx2|avx512 forces the path kAuto takes (tests and benchmarks of the fallback).
+// HP_CPU_ISA=avx2|avx512|avx512bf16 forces the path kAuto takes (tests and benchmarks of the
+// fallbacks; avx512 on an AVX512-BF16 CPU is the f32-only path).
 CpuIsa cpu_isa_from_env() {
   CpuIsa isa = CpuIsa::kAuto;
   if (const char* env = std::getenv("HP_CPU_ISA"); env && *env) {
     const std::string e(env);
     if (e == "avx2") isa = CpuIsa::kAvx2;
     else if (e == "avx512") isa = CpuIsa::kAvx512;
-    else if (e != "auto") fail("HP_CPU_ISA={} is not one of avx2, avx512, auto", e);
+    else if (e == "avx512bf16") isa = CpuIsa::kAvx512Bf16;
+    else if (e != "auto") fail("HP_CPU_ISA={} is not one of avx2, avx512, avx512bf16, auto", e);
   }
   return isa;
 }

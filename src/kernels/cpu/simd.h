@@ -17,8 +17,17 @@
 #include <cstdint>
 
 // The including .cc file says which copy it is (HP_SIMD_AVX512 or HP_SIMD_AVX2), so a build whose
-// global flags already enable AVX-512 (-march=native) still gets a 256-bit AVX2 copy.
-#if defined(HP_SIMD_AVX512)
+// global flags already enable AVX-512 (-march=native) still gets a 256-bit AVX2 copy. The bf16
+// kernels (*_avx512bf16.cc, HP_SIMD_AVX512BF16) are a third copy in their own namespace.
+#if defined(HP_SIMD_AVX512BF16)
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512DQ__) || \
+    !defined(__AVX512VL__) || !defined(__AVX512BF16__)
+#error "an *_avx512bf16.cc file must be compiled with the AVX-512 flags and -mavx512bf16"
+#endif
+#define HP_SIMD_NS avx512bf16
+#define HP_SIMD_NS_NAME "avx512bf16"
+#define HP_SIMD_512 1
+#elif defined(HP_SIMD_AVX512)
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512DQ__) || !defined(__AVX512VL__)
 #error "an *_avx512.cc file must be compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl"
 #endif
@@ -32,7 +41,7 @@
 #define HP_SIMD_NS avx2
 #define HP_SIMD_NS_NAME "avx2"
 #else
-#error "define HP_SIMD_AVX512 or HP_SIMD_AVX2 before including simd.h"
+#error "define HP_SIMD_AVX512BF16, HP_SIMD_AVX512 or HP_SIMD_AVX2 before including simd.h"
 #endif
 
 #define HP_ALWAYS_INLINE inline __attribute__((always_inline))
