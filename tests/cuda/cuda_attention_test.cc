@@ -12,14 +12,14 @@
 #include <vector>
 
 #include "cuda_test_util.h"
-#include "kernels/reference/reference_kernels.h"
+#include "kernels/reference/reference_math.h"
 
 namespace hp::cudatest {
 namespace {
 
 class CudaAttentionTest : public CudaTypedTest {
  protected:
-  ReferenceKernels<double> ref_;
+  ReferenceMath<double> ref_;
 };
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaAttentionTest, ::testing::Values(DType::kF32, DType::kBF16),
@@ -54,11 +54,11 @@ TEST_P(CudaAttentionTest, MatchesReferenceThroughKernels) {
     k_->attention_forward(s, q, k, v, o.ptr(), lse.ptr());
     const DVec qd = to_d(qkv), dod = to_d(dout);
     DVec ro(rows * s.ld_o, 0.0);
-    FVec rlse(c.batch * c.heads * c.seq);
+    DVec rlse(c.batch * c.heads * c.seq);
     ref_.attention_forward(s, qd.data(), qd.data() + k_off, qd.data() + v_off, ro.data(),
                            rlse.data());
     EXPECT_TRUE(near(from_dev(o), ro, tol_fwd, "o", rows, k_off, s.ld_o));
-    EXPECT_TRUE(near(from_dev(lse), to_d(rlse), 1e-5, "lse"));
+    EXPECT_TRUE(near(from_dev(lse), rlse, 1e-5, "lse"));
 
     Buffer dqkv = poisoned(t(), rows * s.ld_qkv);
     k_->attention_backward(s, q, k, v, o.ptr(), bdout.ptr(), lse.ptr(), dqkv.ptr(),

@@ -18,7 +18,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/reference/reference_kernels.h"
+#include "kernels/reference/reference_math.h"
 
 namespace hp::cudatest {
 namespace {
@@ -61,7 +61,7 @@ class CudaGemmTest : public CudaTest {
     if (!check) return got;
 
     // Reference: C = alpha A B + beta C in double, and the bound's S from |A| |B| and |C|.
-    ReferenceKernels<double> ref;
+    ReferenceMath<double> ref;
     const DVec ad(a.begin() + g.offset, a.end()), bd(b.begin() + g.offset, b.end());
     DVec cd(c0.begin() + g.offset, c0.end()), sd(cd.size(), 0.0);
     DVec aabs(ad), babs(bd);

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
-#include "kernels/reference/reference_kernels.h"
+#include "kernels/reference/reference_math.h"
 
 namespace hp::cudatest {
 namespace {
@@ -35,10 +35,9 @@ TEST_F(CudaUpdateTest, AdamW) {
         Buffer bc = copy > 0 ? poisoned(copy_t, n) : Buffer();
         k_->adamw(bp.ptr(), bg.ptr(), bm.ptr(), bv.ptr(), n, lr, beta1, beta2, eps, wd, step,
                   grad_scale, copy > 0 ? bc.ptr() : DataPtr());
-        FVec rp = p0, rm = m0, rv = v0, gs(n);
-        for (int64_t i = 0; i < n; ++i) gs[i] = g[i] * static_cast<float>(grad_scale);
-        ReferenceKernels<float>().adamw(rp.data(), gs.data(), rm.data(), rv.data(), n, lr, beta1,
-                                        beta2, eps, wd, step);
+        FVec rp = p0, rm = m0, rv = v0;
+        ReferenceMath<float>().adamw(rp.data(), g.data(), rm.data(), rv.data(), n, lr, beta1,
+                                     beta2, eps, wd, step, grad_scale);
         const FVec got_p = from_dev(bp), got_m = from_dev(bm), got_v = from_dev(bv);
         EXPECT_TRUE(near(got_p, to_d(rp), 2e-7, "param"));
         EXPECT_TRUE(near(got_m, to_d(rm), 2e-7, "m"));

@@ -19,7 +19,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/kernels.h"
-#include "kernels/reference/reference_kernels.h"
+#include "kernels/reference/reference_math.h"
 
 namespace hp::attn_test {
 
@@ -96,13 +96,13 @@ inline Reference reference(const Problem& pb) {
   std::vector<std::vector<double>> dk_part(tasks), dv_part(tasks);
   std::atomic<int64_t> next{0};
   auto worker = [&] {
-    ReferenceKernels<double> ref;
+    ReferenceMath<double> ref;
     AttnShape one = s;
     one.batch = 1;
     one.heads = one.kv_heads = 1;
     one.ld_qkv = one.ld_o = d;
     std::vector<double> q(n * d), k(n * d), v(n * d), dout(n * d), o(n * d), dq(n * d);
-    std::vector<float> lse(n);
+    std::vector<double> lse(n);
     for (int64_t task; (task = next++) < tasks;) {
       const int64_t b = task / s.heads, h = task % s.heads, kh = h / group;
       for (int64_t i = 0; i < n; ++i) {

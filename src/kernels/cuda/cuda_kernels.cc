@@ -535,19 +535,20 @@ void CudaKernels::adamw(DataPtr param, ConstDataPtr grad, DataPtr m, DataPtr v, 
                          {v.data, "v"}}) {
     expect_ptr(p, k, name);
   }
-  // The reference's constants: its float path rounds these once, then works in f32.
+  // The reference's constants, computed as reference_math.h computes them.
+  HP_CHECK(step >= 1, "{}: step {} must count from 1", k, step);
   const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(step));
   AdamWConsts c;
-  c.beta1 = static_cast<float>(beta1);
-  c.one_minus_beta1 = static_cast<float>(1 - beta1);
-  c.beta2 = static_cast<float>(beta2);
-  c.one_minus_beta2 = static_cast<float>(1 - beta2);
-  c.decay = static_cast<float>(1 - lr * weight_decay);
-  c.step_size = static_cast<float>(lr / bc1);
-  c.sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
-  c.eps = static_cast<float>(eps);
-  c.grad_scale = static_cast<float>(grad_scale);
+  c.beta1 = beta1;
+  c.one_minus_beta1 = 1.0 - beta1;
+  c.beta2 = beta2;
+  c.one_minus_beta2 = 1.0 - beta2;
+  c.shrink = 1.0 - lr * weight_decay;
+  c.step_size = lr / bc1;
+  c.inv_sqrt_bc2 = 1.0 / std::sqrt(bc2);
+  c.eps = eps;
+  c.grad_scale = grad_scale;
   DeviceGuard guard(device_);
   ::hp::cuda::adamw(ctx(), static_cast<float*>(param.data), static_cast<const float*>(grad.data),
                     static_cast<float*>(m.data), static_cast<float*>(v.data), n, c, copy_t,

@@ -97,15 +97,20 @@ struct Convert {
   }
 };
 
-// The reference's AdamW step, rounding after every operation as it does.
+// The reference's AdamW step (reference_math.h): double arithmetic in its order, one rounding
+// per operation (no FMA contraction), so fp32 training matches the host backends bit for bit.
 __device__ __forceinline__ void adamw_element(float& p, float g, float& m, float& v,
                                               const AdamWConsts& c) {
-  const float gi = __fmul_rn(g, c.grad_scale);
-  m = __fadd_rn(__fmul_rn(c.beta1, m), __fmul_rn(c.one_minus_beta1, gi));
-  v = __fadd_rn(__fmul_rn(c.beta2, v), __fmul_rn(__fmul_rn(c.one_minus_beta2, gi), gi));
-  p = __fmul_rn(p, c.decay);
-  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), c.sqrt_bc2), c.eps);
-  p = __fsub_rn(p, __fdiv_rn(__fmul_rn(c.step_size, m), denom));
+  const double gi = __dmul_rn(static_cast<double>(g), c.grad_scale);
+  const double mi =
+      __dadd_rn(__dmul_rn(c.beta1, static_cast<double>(m)), __dmul_rn(c.one_minus_beta1, gi));
+  const double vi = __dadd_rn(__dmul_rn(c.beta2, static_cast<double>(v)),
+                              __dmul_rn(__dmul_rn(c.one_minus_beta2, gi), gi));
+  m = __double2float_rn(mi);
+  v = __double2float_rn(vi);
+  const double denom = __dadd_rn(__dmul_rn(__dsqrt_rn(vi), c.inv_sqrt_bc2), c.eps);
+  p = __double2float_rn(__dsub_rn(__dmul_rn(static_cast<double>(p), c.shrink),
+                                  __ddiv_rn(__dmul_rn(c.step_size, mi), denom)));
 }
 
 // W: the weight copy's type (unused when kCopy is false).

@@ -26,13 +26,14 @@ enum : int {
 };
 
 // AdamW constants, computed on the host in the reference's order (see adamw in cuda_kernels.cc).
+// AdamW's per-step constants, in double: the update runs in double, as the host backends' does.
 struct AdamWConsts {
-  float beta1, one_minus_beta1, beta2, one_minus_beta2;
-  float decay;      // 1 - lr * weight_decay
-  float step_size;  // lr / (1 - beta1^step)
-  float sqrt_bc2;   // sqrt(1 - beta2^step)
-  float eps;
-  float grad_scale;
+  double beta1, one_minus_beta1, beta2, one_minus_beta2;
+  double shrink;        // 1 - lr * weight_decay
+  double step_size;     // lr / (1 - beta1^step)
+  double inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^step)
+  double eps;
+  double grad_scale;
 };
 
 }  // namespace hp::cuda
