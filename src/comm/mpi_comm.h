@@ -33,7 +33,6 @@ class MpiComm final : public Comm {
   int world_rank_of(int peer) const override;
   std::unique_ptr<Comm> split(int color, int key) override;
   [[noreturn]] void abort(const std::string& message) override;
-  MPI_Comm handle() const { return comm_; }
 
  protected:
   std::shared_ptr<RequestState> start_send(const void* buf, int64_t bytes, int peer, int tag) override;

@@ -1,7 +1,7 @@
 // Measured part costs: times the real Model (CPU kernels) one part at a time, forward (F),
 // backward-for-inputs (I) and backward-for-weights (W), for one model config, sequence length and
 // micro-batch size, and a link estimate, in the part-cost JSON shape the simulator reads
-// (CostModel::from_part_costs, docs/formats/sim.md). Used by `helixpipe profile` (issue 5).
+// (CostModel::from_part_costs, docs/formats/sim.md). Used by `helixpipe profile`.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -1,5 +1,5 @@
 // The five generators. Baselines cut the model at layer boundaries (whole-stage ops); HelixPipe
-// follows HELIXPIPE.md sections 4-5 literally, then groups consecutive feeding ops into steps.
+// follows docs/design.md sections 4-5 literally, then groups consecutive feeding ops into steps.
 #include "schedule/generate.h"
 
 #include <algorithm>
@@ -145,7 +145,7 @@ void gen_interleaved(Schedule& s) {
 }
 
 // ---- HelixPipe ---------------------------------------------------------------------------------
-// Units of HELIXPIPE.md section 5: E = chunk 0, A_l = attn(l), P_c = chunk c, T = tail.
+// Units of docs/design.md section 5: E = chunk 0, A_l = attn(l), P_c = chunk c, T = tail.
 enum class Unit { kE, kA, kP, kT };
 
 struct UnitOp {
@@ -172,7 +172,7 @@ bool feeds(const UnitOp& a, const UnitOp& b, int L) {
   return pa.back().index(L) + 1 == pb.front().index(L);
 }
 
-// Forward unit order on stage r, literally the pseudo-code of HELIXPIPE.md section 5, for
+// Forward unit order on stage r, the four sweeps per group of docs/design.md section 5, for
 // G = ceil(m / pF) groups (micro-batch ids >= m are dropped afterwards by the caller).
 std::vector<UnitOp> helix_units(int p, int L, int F, int G, int r) {
   std::vector<UnitOp> out;

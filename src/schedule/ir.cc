@@ -8,6 +8,17 @@
 
 namespace hp {
 
+const char* part_kind_str(PartKind k) {
+  switch (k) {
+    case PartKind::kEmbed: return "embed";
+    case PartKind::kPre: return "pre";
+    case PartKind::kAttn: return "attn";
+    case PartKind::kPost: return "post";
+    case PartKind::kHead: return "head";
+  }
+  return "?";
+}
+
 int Part::order_key() const {
   switch (kind) {
     case PartKind::kEmbed: return 0;

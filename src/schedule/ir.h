@@ -15,6 +15,7 @@ namespace hp {
 // Layer l (1..L) is cut into pre (RMSNorm1 [+ W_qkv in activations mode]), attn (QKV projection in
 // weights mode, rotary, causal attention) and post (W_o, residual, RMSNorm2, SwiGLU MLP, residual).
 enum class PartKind : uint8_t { kEmbed, kPre, kAttn, kPost, kHead };
+const char* part_kind_str(PartKind k);  // "embed", "pre", "attn", "post", "head"
 
 struct Part {
   PartKind kind = PartKind::kEmbed;
@@ -56,7 +57,7 @@ enum class Recompute : uint8_t { kNone, kFull, kNoAttn };
 const char* recompute_str(Recompute r);  // "none", "full", "no-attn"
 Recompute parse_recompute(std::string_view text);
 
-// How attention reaches W_qkv when it runs away from pre(l)'s stage (HELIXPIPE.md section 6):
+// How attention reaches W_qkv when it runs away from pre(l)'s stage (docs/design.md section 6):
 // weights = ship W_qkv with {A, R} and ship dW_qkv back; activations = pre(l) applies W_qkv and
 // ships QKV + R.
 enum class TransferMode : uint8_t { kWeights, kActivations };

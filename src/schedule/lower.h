@@ -4,7 +4,7 @@
 // and the four lowered ops that move it: send.start / send.wait on the producer's stage,
 // recv.start / recv.wait on the consumer's stage.
 //
-// Placement of the communication ops on a stage (the step / batched-exchange form of HELIXPIPE.md
+// Placement of the communication ops on a stage (the step / batched-exchange form of docs/design.md
 // section 6; for schedules without folds every op is its own fold-0 step):
 //   - right after a compute op: its send.starts, then the recv.starts of every message the *next
 //     op of the same fold* consumes (one batched exchange per step);

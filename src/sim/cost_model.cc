@@ -36,17 +36,6 @@ LinkProfile parse_link(const nlohmann::json& j, const std::string& where) {
 
 }  // namespace
 
-const char* part_kind_str(PartKind k) {
-  switch (k) {
-    case PartKind::kEmbed: return "embed";
-    case PartKind::kPre: return "pre";
-    case PartKind::kAttn: return "attn";
-    case PartKind::kPost: return "post";
-    case PartKind::kHead: return "head";
-  }
-  return "?";
-}
-
 int CostModel::dir_slot(Dir d) {
   switch (d) {
     case Dir::kF: return 0;

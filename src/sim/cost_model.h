@@ -57,7 +57,7 @@ class CostModel {
   int stages_per_node() const { return stages_per_node_; }
   const std::string& source() const { return source_; }
 
-  // Setters for tests and for calibration (issue 5 fills these from measurements).
+  // Setters for tests and for calibration (calibration fills these from measurements).
   void set_part_time(PartKind kind, Dir dir, double seconds);
   void set_links(LinkProfile intra, LinkProfile inter, int stages_per_node);
   void set_attn_recompute_time(double seconds) { attn_recompute_f_ = seconds; }
@@ -80,6 +80,5 @@ class CostModel {
   std::string source_ = "default";
 };
 
-const char* part_kind_str(PartKind k);  // "embed", "pre", "attn", "post", "head"
 
 }  // namespace hp

@@ -1,4 +1,4 @@
-// Tensor, pipeline and data parallelism together, for the sweep and the planner (issue 5).
+// Tensor, pipeline and data parallelism together, for the sweep and the planner.
 //
 // A layout is TP x PP x DP = t x p x d GPUs, ranks ordered as Megatron-LM does (TP innermost, then
 // DP, then PP), so a TP group always sits inside one node. The model of each:

@@ -32,7 +32,7 @@ const std::vector<std::pair<std::string, ModelConfig>>& model_presets() {
     std::vector<std::pair<std::string, ModelConfig>> v;
     // tests: GQA 2:1, odd ffn, small enough for double-precision gradient checks.
     v.emplace_back("tiny", make("tiny", 32, 88, 4, 2, 2, 256, false));
-    // the README demo and the benchmarks of issue 3: byte-level, attention-heavy at long s.
+    // the README demo and the benchmarks: byte-level, attention-heavy at long s.
     v.emplace_back("small", make("small", 256, 768, 4, 4, 4, 256, false));
     v.emplace_back("bench8", make("bench8", 256, 768, 4, 4, 8, 256, false));
     // The paper's sizes as LLaMA-style models (simulation only): SwiGLU width about 8h/3 rounded

@@ -1,5 +1,5 @@
 // The `schedule` and `validate` commands as users (and external checks) run them: golden HelixPipe
-// op lists of HELIXPIPE.md section 5 through --format=json, hand-broken files rejected with exact
+// op lists of docs/design.md section 5 through --format=json, hand-broken files rejected with exact
 // messages, help and flag errors, pictures.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -1,4 +1,4 @@
-// Generators: the golden HelixPipe op lists of HELIXPIPE.md section 5, the placement of section 4,
+// Generators: the golden HelixPipe op lists of docs/design.md section 5, the placement of section 4,
 // baseline shapes (1F1B warm-up, ZB-H1 W deferral, interleaved chunk order), and constraint errors.
 #include "schedule/generate.h"
 
@@ -13,7 +13,7 @@
 namespace hp {
 namespace {
 
-// Golden notation of HELIXPIPE.md section 5: E = embed+pre:1, A<l> = attn:l, P<c> = post:c+pre:c+1,
+// Golden notation of docs/design.md section 5: E = embed+pre:1, A<l> = attn:l, P<c> = post:c+pre:c+1,
 // T = post:L+head; units of one op joined by '+', each suffixed with ".mb".
 std::string golden_op(const ComputeOp& op, int L) {
   std::string out;

@@ -312,7 +312,7 @@ TEST(Stash, FullRecomputationKeepsOnlyChunkInputs) {
 
 TEST(Stash, HelixNoAttnMatchesTheDerivedFormulaOnEveryStage) {
   // m (L/p) (4 - 1/p) T h per stage, plus one lse per attention and one W:l copy per remote
-  // attention (HELIXPIPE.md section 7/8, docs/memory.md).
+  // attention (docs/design.md section 7/8, docs/memory.md).
   const ModelConfig cfg = small_cfg();
   const int64_t T = 16, h = cfg.hidden, q = cfg.qkv_dim();
   for (auto [p, m, L, F] : std::vector<std::tuple<int, int, int, int>>{

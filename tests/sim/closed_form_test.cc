@@ -1,4 +1,4 @@
-// The simulator against closed forms (HELIXPIPE.md section 8): 1F1B/GPipe bubble fraction
+// The simulator against closed forms (docs/design.md section 8): 1F1B/GPipe bubble fraction
 // (p-1)/(m+p-1) with uniform costs and free links; HelixPipe F=1 bubble exactly (p-1)(t_X^F+t_X^B)
 // for any attention cost; F=2 inside [(2p-3), 2(p-1)] (t_X^F+t_X^B); and the per-stage activation
 // stash of 1F1B and HelixPipe against their formulas, written out here from the value shapes.

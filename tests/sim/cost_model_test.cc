@@ -118,7 +118,7 @@ TEST(CostModel, PartCostErrorsNameTheKey) {
 }
 
 // With memory time negligible and full efficiency, the model is pure FLOPs: check it against the
-// paper's counts (HELIXPIPE.md section 8): for MHA with an MLP of 16sh^2 FLOPs, core attention over
+// paper's counts (docs/design.md section 8): for MHA with an MLP of 16sh^2 FLOPs, core attention over
 // the rest of the layer is s/(12h).
 TEST(CostModel, FromModelMatchesPaperFlopRatio) {
   ModelConfig cfg;
