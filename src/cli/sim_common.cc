@@ -92,7 +92,7 @@ CostSetup build_cost(const CostFlags& f) {
     HP_CHECK(c.model.has_value(), "--device needs --model=CONFIG and --seq-len=S");
     c.device = device_profile(f.device);
     c.cost = CostModel::from_model(*c.model, f.seq_len, f.microbatch_size, *c.device, c.transfer);
-    c.bytes_per_elem = c.device->bytes_per_elem();
+    c.elem_bytes = c.device->bytes_per_elem();
   } else {
     nlohmann::json j;
     std::string text = read_file(f.part_costs);
@@ -127,17 +127,16 @@ SimRun run_one(const ScheduleSpec& spec_in, const CostSetup& c, bool record_time
   run.spec.transfer = c.transfer;
   run.schedule = generate(run.spec);
   const ModelConfig* cfg = c.model ? &*c.model : nullptr;
-  if (run.schedule.num_stages > 1) lower(run.schedule, cfg, cfg ? c.tokens_per_mb : 0);
+  if (run.schedule.num_stages > 1) lower(run.schedule, cfg, cfg ? c.tokens_per_mb : 0, c.elem_bytes);
   SimOptions opt;
   opt.rendezvous = c.rendezvous;
   opt.shared_nic = c.shared_nic;
-  opt.message_bytes_scale = c.bytes_per_elem / 4.0;  // lower() sizes fp32 values
   opt.record_timeline = record_timeline;
   opt.tokens_per_microbatch = c.tokens_per_mb;
   opt.stage_time_scale = stage_time_scale;
   run.result = simulate(run.schedule, c.cost, opt);
   if (cfg) {
-    auto peaks = stash_peaks(run.schedule, *cfg, c.tokens_per_mb, c.bytes_per_elem);
+    auto peaks = stash_peaks(run.schedule, *cfg, c.tokens_per_mb, c.elem_bytes);
     for (size_t r = 0; r < peaks.size(); ++r) run.result.stages[r].peak_activation_bytes = peaks[r];
   }
   return run;

@@ -12,6 +12,7 @@
 
 #include "schedule/generate.h"
 #include "schedule/ir.h"
+#include "schedule/values.h"
 #include "sim/cost_model.h"
 #include "sim/device.h"
 #include "sim/simulator.h"
@@ -58,7 +59,7 @@ struct CostSetup {
   std::optional<ModelConfig> model;  // set with --model
   std::optional<DeviceProfile> device;
   int64_t tokens_per_mb = 0;     // b * s when known
-  int bytes_per_elem = 4;        // activations and messages: the device dtype, fp32 otherwise
+  ElemBytes elem_bytes{};        // stash and messages: the device dtype, fp32 otherwise
   std::optional<Recompute> recompute;
   TransferMode transfer = TransferMode::kWeights;
   bool rendezvous = true;

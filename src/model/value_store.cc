@@ -19,6 +19,11 @@ DType value_dtype(ValueKind kind, const Precision& p) {
   }
 }
 
+ElemBytes elem_bytes(const Precision& p) {
+  return {static_cast<int>(dtype_bytes(p.compute)), static_cast<int>(dtype_bytes(p.master)),
+          static_cast<int>(dtype_bytes(p.stats()))};
+}
+
 DataPtr ValueStore::create(Value v, int mb, int64_t elems) {
   HP_CHECK(elems > 0, "ValueStore: {} of micro-batch {} must have a positive size, got {}", v.str(),
            mb, elems);

@@ -20,6 +20,8 @@ namespace hp {
 // lsece) in the stats type, a shipped W_qkv gradient (dW) in the master type (it is added to the
 // gradient arena), everything else (activations, their gradients, the W copy) in the compute type.
 DType value_dtype(ValueKind kind, const Precision& p);
+// The same mapping as element bytes, for the validator's and the simulator's byte counts.
+ElemBytes elem_bytes(const Precision& p);
 
 // Every entry carries two marks; it is freed (its buffer back to the pool) when both are off:
 //   live  - in flight: an op's output waiting to be consumed or sent, or a received input.

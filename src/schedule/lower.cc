@@ -42,7 +42,7 @@ struct Traffic {
 
 // Step 1: the messages, in (stage, op, part) order, with their tags.
 void add_messages(Schedule& s, const ScheduleIndex& index, const ModelConfig* cfg,
-                  int64_t tokens_per_mb, Traffic& t) {
+                  int64_t tokens_per_mb, ElemBytes eb, Traffic& t) {
   const int p = s.num_stages, L = s.layers;
   auto& produced = t.produced;
   auto& consumed = t.consumed;
@@ -89,7 +89,7 @@ void add_messages(Schedule& s, const ScheduleIndex& index, const ModelConfig* cf
         const std::vector<Value> vals =
             fwd ? forward_outputs(part, ctx, L) : backward_outputs(part, ctx, L);
         for (const Value& v : vals) m.values.push_back(v.str());
-        m.bytes = cfg ? values_bytes(vals, *cfg, tokens_per_mb) : 0;
+        m.bytes = cfg ? values_bytes(vals, *cfg, tokens_per_mb, eb) : 0;
         m.producer = i;
         m.consumer = to.op;
         produced[st][i].push_back(m.id);
@@ -262,7 +262,7 @@ void defer_blocking_send_waits(Schedule& s) {
 }
 
 
-void lower(Schedule& s, const ModelConfig* cfg, int64_t tokens_per_mb) {
+void lower(Schedule& s, const ModelConfig* cfg, int64_t tokens_per_mb, ElemBytes eb) {
   HP_CHECK(static_cast<int>(s.stages.size()) == s.num_stages,
            "lower: schedule '{}' says {} stages but lists {}", s.name, s.num_stages,
            s.stages.size());
@@ -270,7 +270,7 @@ void lower(Schedule& s, const ModelConfig* cfg, int64_t tokens_per_mb) {
   for (Stage& st : s.stages) st.lowered.clear();
   const ScheduleIndex index(s);
   Traffic traffic;
-  add_messages(s, index, cfg, tokens_per_mb, traffic);
+  add_messages(s, index, cfg, tokens_per_mb, eb, traffic);
   place_ops(s, traffic);
   defer_blocking_send_waits(s);
 }

@@ -74,12 +74,14 @@ class ScheduleIndex {
 // ScheduleIndex when asking for many parts.
 PartContext part_context(const Schedule& s, int stage, int op, int k);
 
-// Adds messages and lowered ops (replacing any earlier lowering). Message bytes are the fp32 sizes
-// of the values for micro-batches of `tokens_per_mb` = b*s tokens under `cfg`; 0 without a config.
+// Adds messages and lowered ops (replacing any earlier lowering). Message bytes are the sizes of
+// the values for micro-batches of `tokens_per_mb` = b*s tokens under `cfg` at `eb` bytes per
+// element (fp32 by default); 0 without a config.
 // Throws hp::Error when a part's producer or consumer runs nowhere (validate first for a full
 // report), or for a split backward (I/W) of attention away from pre:l in weights mode (dW:l would
 // have no op to travel with).
-void lower(Schedule& s, const ModelConfig* cfg = nullptr, int64_t tokens_per_mb = 0);
+void lower(Schedule& s, const ModelConfig* cfg = nullptr, int64_t tokens_per_mb = 0,
+           ElemBytes eb = {});
 
 // The last step of lower(), on its own for hand-edited programs: walks the lowered programs under
 // rendezvous FIFO matching (walker.h); whenever every unfinished stage is held, each stage held at

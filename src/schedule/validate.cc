@@ -335,7 +335,7 @@ void check_lowered(const Schedule& s, const ScheduleIndex& index, const Validate
       err.add("{} carries [{}] but {} hands on [{}]", message_label(m), join(m.values),
               m.from.str(), join(value_names(want)));
     if (opt.model && opt.tokens_per_mb > 0) {
-      const int64_t bytes = values_bytes(want, *opt.model, opt.tokens_per_mb);
+      const int64_t bytes = values_bytes(want, *opt.model, opt.tokens_per_mb, opt.elem_bytes);
       if (m.bytes != bytes)
         err.add("{} says {} bytes but its values take {} bytes for this model", message_label(m),
                 m.bytes, bytes);
@@ -460,10 +460,11 @@ void check_execution(const Schedule& s, const ScheduleIndex& index, Errors& err,
 }  // namespace
 
 int64_t stash_bytes(const std::vector<StashItem>& items, const ModelConfig& cfg,
-                    int64_t tokens_per_mb, int bytes_per_elem) {
+                    int64_t tokens_per_mb, ElemBytes eb) {
   int64_t n = 0;
-  for (const StashItem& it : items) n += value_elems(it.value, cfg, tokens_per_mb);
-  return n * bytes_per_elem;
+  for (const StashItem& it : items)
+    n += value_elems(it.value, cfg, tokens_per_mb) * eb.of(it.value.kind);
+  return n;
 }
 
 namespace {
@@ -535,7 +536,7 @@ ValidationReport validate(const Schedule& s, const ValidateOptions& opt) {
   Schedule low = s;
   if (!s.is_lowered()) {
     try {
-      lower(low, opt.model, opt.tokens_per_mb);
+      lower(low, opt.model, opt.tokens_per_mb, opt.elem_bytes);
     } catch (const Error& e) {
       err.add("{}", e.what());
       return r;
@@ -559,7 +560,7 @@ ValidationReport validate(const Schedule& s, const ValidateOptions& opt) {
     for (int i = 0; i < static_cast<int>(trace.size()); ++i) {
       const int64_t bytes =
           opt.model && opt.tokens_per_mb > 0
-              ? stash_bytes(trace[i], *opt.model, opt.tokens_per_mb, opt.bytes_per_elem)
+              ? stash_bytes(trace[i], *opt.model, opt.tokens_per_mb, opt.elem_bytes)
               : 0;
       const bool higher = opt.model ? bytes > r.peak_stash_bytes[st]
                                     : static_cast<int>(trace[i].size()) > r.peak_stash_items[st];

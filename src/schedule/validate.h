@@ -34,7 +34,7 @@ namespace hp {
 struct ValidateOptions {
   const ModelConfig* model = nullptr;  // for message and stash bytes; counts only without it
   int64_t tokens_per_mb = 0;           // b*s of one micro-batch (bytes need it)
-  int bytes_per_elem = 4;              // fp32 stash
+  ElemBytes elem_bytes{};              // of stashed values and messages (fp32 by default)
 };
 
 struct ValidationReport {
@@ -74,6 +74,6 @@ std::vector<std::vector<StashItem>> stash_trace(const Schedule& s, int stage);
 
 // Bytes of a stash set for a model config.
 int64_t stash_bytes(const std::vector<StashItem>& items, const ModelConfig& cfg,
-                    int64_t tokens_per_mb, int bytes_per_elem = 4);
+                    int64_t tokens_per_mb, ElemBytes eb = {});
 
 }  // namespace hp

@@ -112,11 +112,23 @@ int64_t value_elems(const Value& x, const ModelConfig& cfg, int64_t tokens) {
   return 0;
 }
 
+int ElemBytes::of(ValueKind k) const {
+  switch (k) {
+    case ValueKind::kRstd1: case ValueKind::kRstd2: case ValueKind::kRstdF: case ValueKind::kLse:
+    case ValueKind::kLseCE:
+      return stats;
+    case ValueKind::kdW:
+      return master;
+    default:
+      return compute;
+  }
+}
+
 int64_t values_bytes(const std::vector<Value>& vs, const ModelConfig& cfg, int64_t tokens,
-                     int bytes_per_elem) {
+                     ElemBytes eb) {
   int64_t n = 0;
-  for (const Value& x : vs) n += value_elems(x, cfg, tokens);
-  return n * bytes_per_elem;
+  for (const Value& x : vs) n += value_elems(x, cfg, tokens) * eb.of(x.kind);
+  return n;
 }
 
 std::vector<Value> forward_inputs(Part part, const PartContext& ctx, int layers) {

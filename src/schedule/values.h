@@ -85,8 +85,23 @@ std::vector<Value> forward_stash(Part part, const PartContext& ctx, int layers);
 // What a part keeps from its I until its W runs (only when the backward is split).
 std::vector<Value> weight_stash(Part part, const PartContext& ctx, int layers);
 
-// Sum of value_elems over a list, times bytes per element.
+// Bytes of one element of each kind of value under a precision policy (docs/precision.md):
+// `compute` for activations, their gradients and the shipped weight copy W:l; `master` for the
+// shipped weight gradient dW:l; `stats` for the per-row statistics (rstd1, rstd2, rstdf, lse,
+// lsece). One number converts to the same size for every kind (the fp32 default, or a device
+// profile's activation type). The model's own mapping is value_dtype (model/value_store.h).
+struct ElemBytes {
+  int compute = 4, master = 4, stats = 4;
+  constexpr ElemBytes() = default;
+  constexpr ElemBytes(int all) : compute(all), master(all), stats(all) {}  // NOLINT: implicit
+  constexpr ElemBytes(int compute_bytes, int master_bytes, int stats_bytes)
+      : compute(compute_bytes), master(master_bytes), stats(stats_bytes) {}
+  int of(ValueKind k) const;
+  bool operator==(const ElemBytes&) const = default;
+};
+
+// Sum over a list of value_elems times each value's element bytes.
 int64_t values_bytes(const std::vector<Value>& vs, const ModelConfig& cfg, int64_t tokens,
-                     int bytes_per_elem = 4);
+                     ElemBytes eb = {});
 
 }  // namespace hp

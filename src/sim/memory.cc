@@ -10,7 +10,7 @@
 namespace hp {
 
 std::vector<int64_t> stash_peaks(const Schedule& s, const ModelConfig& cfg, int64_t tokens,
-                                 int bytes_per_elem) {
+                                 ElemBytes eb) {
   const int p = s.num_stages, L = s.layers;
   const ScheduleIndex index(s);  // the same PartContext the lowering and the runtime use
   std::vector<int64_t> peaks(p, 0);
@@ -19,14 +19,14 @@ std::vector<int64_t> stash_peaks(const Schedule& s, const ModelConfig& cfg, int6
     int64_t bytes = 0;
     auto add = [&](const std::vector<Value>& vs, int mb) {
       for (const Value& v : vs)
-        if (held[{v, mb}]++ == 0) bytes += value_elems(v, cfg, tokens) * bytes_per_elem;
+        if (held[{v, mb}]++ == 0) bytes += value_elems(v, cfg, tokens) * eb.of(v.kind);
     };
     auto drop = [&](const std::vector<Value>& vs, int mb) {
       for (const Value& v : vs) {
         auto it = held.find({v, mb});
         if (it == held.end()) continue;
         if (--it->second == 0) {
-          bytes -= value_elems(v, cfg, tokens) * bytes_per_elem;
+          bytes -= value_elems(v, cfg, tokens) * eb.of(v.kind);
           held.erase(it);
         }
       }

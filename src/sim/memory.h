@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "schedule/ir.h"
+#include "schedule/values.h"
 #include "util/model_config.h"
 
 namespace hp {
@@ -15,8 +16,9 @@ namespace hp {
 // op keeps its inputs under full/no-attn), a B op frees it, an I op frees it and adds the part's
 // weight_stash, which the W op frees. A value two parts hold is counted once. Whether attention is
 // remote and whether a part feeds the next one in its op come from ScheduleIndex::context. The peak
-// is taken after each op, at `bytes_per_elem` bytes per element for micro-batches of `tokens`.
+// is taken after each op, at `eb` bytes per element of each value kind for micro-batches of
+// `tokens`.
 std::vector<int64_t> stash_peaks(const Schedule& s, const ModelConfig& cfg, int64_t tokens,
-                                 int bytes_per_elem);
+                                 ElemBytes eb);
 
 }  // namespace hp

@@ -187,5 +187,19 @@ TEST(Bf16Model, CpuBackendWithoutBf16RefusesIt) {
   }
 }
 
+// The validator and the simulator count bytes with elem_bytes(precision); the value store
+// allocates with value_dtype. Both say, for every kind of value, the same element size.
+TEST(Bf16Model, ElemBytesAgreeWithTheStoreTypes) {
+  for (const Precision p : {Precision::fp32(), Precision::bf16(), Precision::fp64()}) {
+    const ElemBytes eb = elem_bytes(p);
+    for (int k = 0; k <= static_cast<int>(ValueKind::kdLogits); ++k) {
+      const auto kind = static_cast<ValueKind>(k);
+      EXPECT_EQ(eb.of(kind), dtype_bytes(value_dtype(kind, p)))
+          << p.name() << " " << Value{kind, 1}.str();
+    }
+  }
+  EXPECT_EQ(elem_bytes(Precision::bf16()), (ElemBytes{2, 4, 4}));
+}
+
 }  // namespace
 }  // namespace hp

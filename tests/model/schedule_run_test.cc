@@ -104,13 +104,14 @@ class StashCheck : public WalkObserver {
  public:
   StashCheck(const Schedule& s, const std::vector<std::unique_ptr<ValueStore>>& stores,
              const std::vector<std::vector<std::vector<StashItem>>>& traces, const ModelConfig& cfg,
-             int64_t tokens)
+             int64_t tokens, ElemBytes eb)
       : ops_done(static_cast<size_t>(s.num_stages), 0),
         s_(s),
         stores_(stores),
         traces_(traces),
         cfg_(cfg),
-        tokens_(tokens) {}
+        tokens_(tokens),
+        eb_(eb) {}
   std::vector<int> ops_done;
   std::string failure;
 
@@ -134,7 +135,7 @@ class StashCheck : public WalkObserver {
                   want[k].value.str() + "@" + std::to_string(want[k].mb);
         return;
       }
-    if (store.stash_bytes() != stash_bytes(want, cfg_, tokens_))
+    if (store.stash_bytes() != stash_bytes(want, cfg_, tokens_, eb_))
       failure = where + ": stash bytes " + std::to_string(store.stash_bytes());
   }
 
@@ -144,22 +145,34 @@ class StashCheck : public WalkObserver {
   const std::vector<std::vector<std::vector<StashItem>>>& traces_;
   const ModelConfig& cfg_;
   int64_t tokens_;
+  ElemBytes eb_;
 };
 
-class ScheduleRun : public ::testing::TestWithParam<Case> {};
+class ScheduleRun : public ::testing::TestWithParam<Case> {
+ protected:
+  void run_case(const Case& c, Precision prec);
+};
 
+// In fp32 and in bf16 (stats and the shipped dW in f32, the rest in bf16: the validator's byte
+// counts follow elem_bytes(precision)).
 TEST_P(ScheduleRun, StashFollowsTheValidatorAndGradientsMatchOneProcess) {
-  const Case& c = GetParam();
+  for (const Precision prec : {Precision::fp32(), Precision::bf16()}) {
+    SCOPED_TRACE(prec.name());
+    run_case(GetParam(), prec);
+  }
+}
+
+void ScheduleRun::run_case(const Case& c, const Precision prec) {
   ModelConfig cfg = test::tiny_config();
   cfg.layers = c.layers;
   const int64_t B = 1, S = 5;
   ScheduleSpec spec{c.name, c.stages, c.microbatches, c.layers, c.folds, c.virtual_stages,
                     c.recompute, c.transfer};
   Schedule sch = generate(spec);
-  ValidateOptions vo{&cfg, B * S};
+  ValidateOptions vo{&cfg, B * S, elem_bytes(prec)};
   ValidationReport rep = validate(sch, vo);
   ASSERT_TRUE(rep.ok()) << rep.text(sch);
-  lower(sch, &cfg, B * S);
+  lower(sch, &cfg, B * S, elem_bytes(prec));
   const int p = sch.num_stages, M = sch.microbatches;
   auto be = make_reference_backend();
   const TokenBuffer tokens =
@@ -168,7 +181,7 @@ TEST_P(ScheduleRun, StashFollowsTheValidatorAndGradientsMatchOneProcess) {
       test::on_backend(*be, test::random_tokens(B * S * M, cfg.vocab, 32), cfg.vocab);
 
   // One process reference.
-  Params ref(cfg, Params::all_parts(cfg), *be);
+  Params ref(cfg, Params::all_parts(cfg), *be, prec);
   test::randomize(ref, 9);
   Model ref_model(ref);
   const double ref_loss = loss_and_grads(ref_model, tokens.data(), targets.data(), B, S, M);
@@ -182,10 +195,10 @@ TEST_P(ScheduleRun, StashFollowsTheValidatorAndGradientsMatchOneProcess) {
     std::set<Part> parts;
     for (const ComputeOp& op : sch.stages[st].ops) parts.insert(op.parts.begin(), op.parts.end());
     params.push_back(
-        std::make_unique<Params>(cfg, std::vector<Part>(parts.begin(), parts.end()), *be));
+        std::make_unique<Params>(cfg, std::vector<Part>(parts.begin(), parts.end()), *be, prec));
     params.back()->copy_from(ref);
     models.push_back(std::make_unique<Model>(*params.back()));
-    stores.push_back(std::make_unique<ValueStore>(*be));
+    stores.push_back(std::make_unique<ValueStore>(*be, prec));
   }
   std::vector<std::vector<std::vector<StashItem>>> traces;
   for (int st = 0; st < p; ++st) traces.push_back(stash_trace(sch, st));
@@ -193,7 +206,7 @@ TEST_P(ScheduleRun, StashFollowsTheValidatorAndGradientsMatchOneProcess) {
   ModelRun run(sch, index, models, stores, [&](int mb) {
     return Batch{tokens.data() + mb * B * S, targets.data() + mb * B * S, B, S, scale};
   });
-  StashCheck stash(sch, stores, traces, cfg, B * S);
+  StashCheck stash(sch, stores, traces, cfg, B * S, elem_bytes(prec));
   WalkObserver* obs[] = {&stash};
   Walker walker(sch, Matching::kRendezvous, "test");
   const bool finished = walker.run(run, obs);
