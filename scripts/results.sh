@@ -12,6 +12,8 @@
 # Usage: scripts/results.sh [build-dir]
 #   env SEQS="1024 2048"      sequence lengths (default 1024 ... 16384; about 40 minutes here)
 #       BENCH_SEQS="..."      the lengths benchmarked on 2 ranks (default: SEQS)
+#       PRECISION=bf16        profile and bench in bf16 (default fp32; docs/precision.md), into
+#                             docs/results_bf16/ and docs/results_bf16.md instead
 # Keep the machine otherwise idle while it runs: every figure is a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +24,12 @@ command -v mpirun > /dev/null || { echo "results.sh: mpirun not found; apt-get i
 SEQS=${SEQS:-"1024 2048 4096 8192 16384"}
 BENCH_SEQS=${BENCH_SEQS:-$SEQS}
 STEP_MAX=${STEP_MAX:-8192}   # the P = 1 whole-step check is skipped above this (minutes each)
-OUT=docs/results
+PRECISION=${PRECISION:-fp32}
+case $PRECISION in
+  fp32) OUT=docs/results; REPORT=docs/results.md ;;
+  bf16) OUT=docs/results_bf16; REPORT=docs/results_bf16.md ;;
+  *) echo "results.sh: PRECISION=$PRECISION is not fp32 or bf16" >&2; exit 1 ;;
+esac
 mkdir -p "$OUT"
 rm -f "$OUT"/bench_s*.json "$OUT"/bench_s*.txt "$OUT"/timeline_side_by_side_*.svg
 rm -rf "$OUT"/traces_s*
@@ -54,6 +61,7 @@ for s in $SEQS; do
   if (( s <= STEP_MAX )); then step=(--step-microbatches=2); fi
   echo "== profile s=$s ($(( $(date +%s) - start )) s)" >&2
   mpi2 "$HP" profile --model="$MODEL" --seq-len="$s" --threads=1 --repeats=3 --warmup=1 \
+      --precision="$PRECISION" \
       "${step[@]}" --out="$OUT/costs_s$s.json" --format=json > "$OUT/profile_s$s.json"
   run "$HP" simulate --schedule=1f1b --stages=1 --microbatches=2 --model="$MODEL" \
       --seq-len="$s" --part-costs="$OUT/costs_s$s.json" --format=json > "$OUT/sim_p1_s$s.json"
@@ -77,12 +85,12 @@ for s in $BENCH_SEQS; do
   echo "== bench s=$s natural ($(( $(date +%s) - start )) s)" >&2
   mkdir -p "$OUT/traces_s$s"
   mpi2 "$HP" bench --model="$MODEL" --seq-len="$s" --microbatches=4 --threads=1 --steps=$steps \
-      --schedules=1f1b,gpipe,zb1p,helix1,helix2 --part-costs="$OUT/costs_s$s.json" \
+      --precision="$PRECISION" --schedules=1f1b,gpipe,zb1p,helix1,helix2 --part-costs="$OUT/costs_s$s.json" \
       --timeline="$OUT/timeline_side_by_side_helix_F2_s$s.svg" --trace-dir="$OUT/traces_s$s" \
       --out="$OUT/bench_s$s.json" > "$OUT/bench_s$s.txt"
   echo "== bench s=$s same policy ($(( $(date +%s) - start )) s)" >&2
   mpi2 "$HP" bench --model="$MODEL" --seq-len="$s" --microbatches=4 --threads=1 --steps=$steps \
-      --schedules=$same --recompute=no-attn --part-costs="$OUT/costs_s$s.json" \
+      --precision="$PRECISION" --schedules=$same --recompute=no-attn --part-costs="$OUT/costs_s$s.json" \
       --trace-dir="$OUT/traces_s$s" --out="$OUT/bench_s${s}_noattn.json" > "$OUT/bench_s${s}_noattn.txt"
 done
 
@@ -94,5 +102,5 @@ run "$HP" simulate --schedule=1f1b --stages=2 --microbatches=4 --model="$MODEL" 
 "$HP" sweep --model=7b --device=h20 --seq-lens=32k,64k,128k --gpus=32,64 > "$OUT/sweep_7b_h20.txt"
 "$HP" plan --model=7b --seq-len=131072 --gpus=64 --device=h20 --memory=96 > "$OUT/plan_7b_128k_h20.txt"
 echo "{\"load_after\": \"$(cut -d' ' -f1-3 /proc/loadavg)\", \"seconds\": $(( $(date +%s) - start ))}" > "$OUT/machine_after.json"
-python3 scripts/results_report.py "$OUT" docs/results.md "$SEQS" "$BENCH_SEQS"
-echo "wrote docs/results.md and $OUT/ in $(( $(date +%s) - start )) s" >&2
+python3 scripts/results_report.py "$OUT" "$REPORT" "$SEQS" "$BENCH_SEQS"
+echo "wrote $REPORT and $OUT/ in $(( $(date +%s) - start )) s" >&2

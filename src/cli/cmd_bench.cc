@@ -19,6 +19,7 @@
 
 #include "cli/commands.h"
 #include "cli/sim_common.h"
+#include "cli/train_cli.h"
 #include "comm/local_comm.h"
 #include "comm/mpi_comm.h"
 #include "kernels/cpu_kernels.h"
@@ -73,6 +74,7 @@ struct BenchSetup {
   ModelConfig cfg;
   int64_t seq_len = 0;
   int threads = 1, steps = 1;
+  Precision precision = Precision::fp32();
   const std::vector<int32_t>* tokens = nullptr;
   const std::vector<int32_t>* targets = nullptr;
 };
@@ -82,7 +84,7 @@ Measured measure(Comm& world, const Schedule& sch, const BenchSetup& b, bool wan
   const int P = sch.num_stages;
   GridComms grid = split_grid(world, 1, P);
   auto be = make_cpu_backend(b.threads);
-  DistStage st(sch, grid, b.cfg, *be, 1, b.seq_len);
+  DistStage st(sch, grid, b.cfg, *be, 1, b.seq_len, ModelOptions{}, b.precision);
   st.params().init(1);
   // Slots: [steps x P] step totals, then [P x 5] the last step's stats; all-reduced as a gather.
   constexpr int kStats = 5;
@@ -136,6 +138,7 @@ std::vector<double> calibrate(Comm& world, const BenchSetup& b, const CostModel&
   ProfileOptions po;
   po.seq_len = b.seq_len;
   po.threads = b.threads;
+  po.precision = b.precision;
   po.warmup = 1;
   po.repeats = 1;
   po.layers = 1;
@@ -183,7 +186,7 @@ int cmd_bench(int argc, char** argv) {
       "  mpirun -np 2 helixpipe profile --model=m.json --seq-len=4096 --out=c.json\n"
       "  mpirun -np 2 helixpipe bench --model=m.json --seq-len=4096 --microbatches=4 \\\n"
       "      --recompute=natural,no-attn --part-costs=c.json --timeline=helix.svg --out=b.json");
-  std::string model, part_costs, recompute = "natural", out_path, timeline_path,
+  std::string model, part_costs, recompute = "natural", out_path, timeline_path, precision = "fp32",
                                  timeline_label = "helix F=2",
                                  schedules = "1f1b,gpipe,zb1p,helix1,helix2";
   int64_t seq_len = 0;
@@ -199,6 +202,7 @@ int cmd_bench(int argc, char** argv) {
                  "comma list of 1f1b, gpipe, zb1p, interleaved, helix1, helix2 (helix F=1, F=2)")
       ->capture_default_str();
   app.add_option("--virtual", virtual_stages, "virtual stages V of interleaved")->capture_default_str();
+  add_precision_flag(app, precision);
   app.add_option("--recompute", recompute,
                  "comma list of policies, each run for every schedule: natural (each schedule's\n"
                  "own: helix no-attn, the others none), none, full, no-attn. A run equal to an\n"
@@ -257,6 +261,7 @@ int cmd_bench(int argc, char** argv) {
       policies.push_back(r == "natural" ? std::nullopt : std::optional<Recompute>(parse_recompute(r)));
     HP_CHECK(!policies.empty(), "bench: --recompute is empty");
 
+    const Precision setup_precision = resolve_precision(precision, *make_cpu_backend(1));
     std::optional<CostSetup> cost;
     if (!part_costs.empty()) {
       CostFlags cf;
@@ -264,6 +269,7 @@ int cmd_bench(int argc, char** argv) {
       cf.model = model;
       cf.seq_len = seq_len;
       cost = build_cost(cf);
+      cost->elem_bytes = elem_bytes(setup_precision);
     }
 
     const int64_t n = seq_len * microbatches;
@@ -272,15 +278,19 @@ int cmd_bench(int argc, char** argv) {
       tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 3) % cfg.vocab);
       targets[static_cast<size_t>(i)] = static_cast<int32_t>((i * 104729 + 11) % cfg.vocab);
     }
-    const BenchSetup setup{cfg, seq_len, threads, steps, &tokens, &targets};
+    const BenchSetup setup{cfg,     seq_len,
+                           threads, steps,
+                           setup_precision,
+                           &tokens, &targets};
     const std::string transport =
         world ? fmt::format("MPI (mpirun, {} ranks)", world->size())
               : fmt::format("LocalWorld ({} threads of one process)", stages);
 
     nlohmann::json rows = nlohmann::json::array();
     if (root) {
-      fmt::print("bench  P={} M={} L={} s={} threads/rank={} BLAS core={} ranks: {}\n", stages,
-                 microbatches, L, seq_len, threads, blas_core_name(), transport);
+      fmt::print("bench  P={} M={} L={} s={} threads/rank={} precision={} BLAS core={} ranks: {}\n",
+                 stages, microbatches, L, seq_len, threads, setup.precision.name(),
+                 blas_core_name(), transport);
       fmt::print("{:<11} {:>7} {:>9} {:>7} {:>6} {:>6} {:>9} {:>9} {:>9} {:>7} {:>9} {:>7} {:>17} {:>17} {:>17}\n",
                  "schedule", "policy", "tokens/s", "vs 1f1b", "bubble", "pred", "comm wait",
                  "step", "predicted", "error", "core", "replay", "stash MiB meas", "stash MiB pred",
@@ -439,6 +449,7 @@ int cmd_bench(int argc, char** argv) {
     if (root && !out_path.empty()) {
       nlohmann::json j = {{"version", 2},           {"blas_core", blas_core_name()},
                           {"threads", threads},     {"transport", transport},
+                          {"precision", setup.precision.name()},
                           {"steps", steps},         {"model", cfg.name},
                           {"seq_len", seq_len},     {"stages", stages},
                           {"microbatches", microbatches}, {"rows", rows}};

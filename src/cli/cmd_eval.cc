@@ -15,7 +15,7 @@ namespace hp::cli {
 
 int cmd_eval(int argc, char** argv) {
   CLI::App app("Loss and perplexity of a checkpoint on a data file.", "eval");
-  std::string checkpoint, data;
+  std::string checkpoint, data, precision = "fp32";
   int64_t seq_len = 0, batch = 4, max_sequences = 0, skip = 0;
   int threads = 0;
   app.add_option("--checkpoint", checkpoint, "model folder (config.json + model.safetensors)")
@@ -28,6 +28,7 @@ int cmd_eval(int argc, char** argv) {
   app.add_option("--skip-sequences", skip,
                  "start at this sequence (e.g. past the part of the file used for training)");
   app.add_option("--threads", threads, "compute threads (default 0: OMP_NUM_THREADS or all cores)");
+  add_precision_flag(app, precision);
   if (auto rc = parse_flags(app, argc, argv)) return *rc;
   HP_CHECK(seq_len >= 1, "--seq-len must be >= 1, got {}", seq_len);
   HP_CHECK(batch >= 1, "--batch-size must be >= 1, got {}", batch);
@@ -40,7 +41,7 @@ int cmd_eval(int argc, char** argv) {
   HP_CHECK(seq_len <= cfg.max_positions, "--seq-len {} exceeds the model's max_position_embeddings {}",
            seq_len, cfg.max_positions);
   auto be = make_cpu_backend(threads);
-  Params params(cfg, Params::all_parts(cfg), *be);
+  Params params(cfg, Params::all_parts(cfg), *be, resolve_precision(precision, *be));
   load_checkpoint_params(info, params);
   const TokenSource source = TokenSource::open(data);
   const SequenceReader reader(source, seq_len, cfg.vocab);
@@ -64,8 +65,8 @@ int cmd_eval(int argc, char** argv) {
            static_cast<double>(rows * seq_len);
   }
   const double loss = sum / static_cast<double>(n * seq_len);
-  fmt::print("evaluated sequences {}..{} of {} tokens ({} target tokens) from {}\n", skip,
-             skip + n - 1, seq_len, n * seq_len, data);
+  fmt::print("evaluated sequences {}..{} of {} tokens ({} target tokens) from {} in {}\n", skip,
+             skip + n - 1, seq_len, n * seq_len, data, params.precision().name());
   fmt::print("{}\n", nlohmann::json{{"loss", loss}, {"ppl", std::exp(loss)}}.dump());
   return 0;
 }

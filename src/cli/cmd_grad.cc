@@ -31,7 +31,7 @@ int cmd_grad(int argc, char** argv) {
   HP_CHECK(f.seq_len <= cfg.max_positions, "--seq-len {} exceeds the model's max_position_embeddings {}",
            f.seq_len, cfg.max_positions);
   auto be = make_cpu_backend(f.threads);
-  Params params(cfg, Params::all_parts(cfg), *be);
+  Params params(cfg, Params::all_parts(cfg), *be, resolve_precision(f.precision, *be));
   load_checkpoint_params(info, params);
   const TokenSource source = TokenSource::open(f.data);
   const SequenceReader reader(source, f.seq_len, cfg.vocab);
@@ -60,8 +60,8 @@ int cmd_grad(int argc, char** argv) {
                     {{"format", "pt"},
                      {"helixpipe", "gradients of the mean loss"},
                      {"loss", fmt::format("{:.9g}", loss)}});
-  fmt::print("wrote {}: gradients of {} tensors over {} sequences of {} tokens\n", f.out,
-             grads.size(), shape.sequences(), shape.seq_len);
+  fmt::print("wrote {}: gradients of {} tensors over {} sequences of {} tokens ({})\n", f.out,
+             grads.size(), shape.sequences(), shape.seq_len, params.precision().name());
   fmt::print("{}\n", nlohmann::json{{"loss", loss}}.dump());
   return 0;
 }

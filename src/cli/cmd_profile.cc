@@ -8,8 +8,10 @@
 
 #include "cli/commands.h"
 #include "cli/sim_common.h"
+#include "cli/train_cli.h"
 #include "comm/mpi_comm.h"
 #include "comm/pingpong.h"
+#include "kernels/kernels.h"
 #include "runtime/profile.h"
 #include "sim/cost_model.h"
 #include "util/atomic_file.h"
@@ -43,7 +45,7 @@ int cmd_profile(int argc, char** argv) {
       "  mpirun -np 2 helixpipe profile --model=small --seq-len=4096 --out=costs.json\n"
       "  helixpipe simulate --schedule=helix --stages=2 --microbatches=4 --layers=8 \\\n"
       "      --part-costs=costs.json");
-  std::string model = "small", out_path, format = "text", transfer = "weights";
+  std::string model = "small", out_path, format = "text", transfer = "weights", precision = "fp32";
   ProfileOptions opt;
   app.add_option("--model", model, "model preset name or JSON file")->capture_default_str();
   app.add_option("--seq-len", opt.seq_len, "tokens per sequence")->required();
@@ -60,6 +62,7 @@ int cmd_profile(int argc, char** argv) {
   app.add_option("--link-latency", opt.link_latency_s, "link latency in seconds (skip measuring)");
   app.add_option("--link-bandwidth", opt.link_bandwidth_Bps, "link bandwidth in bytes/s");
   app.add_option("--out", out_path, "write the part-cost JSON here");
+  add_precision_flag(app, precision);
   int step_mbs = 0;
   app.add_option("--step-microbatches", step_mbs,
                  "also time one whole single-process step with this many micro-batches (all of\n"
@@ -67,6 +70,7 @@ int cmd_profile(int argc, char** argv) {
   add_format_flag(app, format);
   if (auto rc = parse_or_exit(app, argc, argv)) return *rc;
   opt.transfer = parse_transfer(transfer);
+  opt.precision = resolve_precision(precision, *make_cpu_backend(1));
 
   const ModelConfig cfg = ModelConfig::load(model);
   std::unique_ptr<MpiComm> world;
@@ -75,7 +79,10 @@ int cmd_profile(int argc, char** argv) {
     world = MpiComm::init_world(&argc, &argv);
     try {
       if (world->size() >= 2 && opt.link_latency_s < 0 && opt.link_bandwidth_Bps < 0) {
-        link = measure_link(*world, opt.microbatch_size * opt.seq_len * cfg.hidden * 4, 20);
+        link = measure_link(*world,
+                            opt.microbatch_size * opt.seq_len * cfg.hidden *
+                                dtype_bytes(opt.precision.compute),
+                            20);
         opt.link_latency_s = link->latency_s;
         opt.link_bandwidth_Bps = link->bandwidth_Bps;
       }
@@ -123,7 +130,7 @@ int profile_report(const ModelConfig& cfg, const ProfileOptions& opt,
                            {"microbatch_size", opt.microbatch_size},
                            {"threads", p.threads},      {"blas_core", p.blas_core},
                            {"repeats", opt.repeats},    {"link_source", p.link_source},
-                           {"transfer", transfer}};
+                           {"transfer", transfer},      {"precision", opt.precision.name()}};
     if (step)
       meta["step"] = {{"microbatches", step->microbatches}, {"layers", step->layers},
                       {"measured_s", step->measured_s}, {"predicted_s", step->predicted_s},
@@ -131,9 +138,10 @@ int profile_report(const ModelConfig& cfg, const ProfileOptions& opt,
     fmt::print("{}\n", nlohmann::json{{"part_costs", full}, {"info", meta}}.dump(2));
     return 0;
   }
-  fmt::print("profile   model={} h={} heads={} s={} b={} threads={} BLAS core={} transfer={}\n",
+  fmt::print("profile   model={} h={} heads={} s={} b={} threads={} BLAS core={} transfer={} "
+             "precision={}\n",
              cfg.name, cfg.hidden, cfg.heads, opt.seq_len, opt.microbatch_size, p.threads,
-             p.blas_core, transfer);
+             p.blas_core, transfer, opt.precision.name());
   fmt::print("          median of {} passes after {} warm-up, {} layer(s) timed\n\n", opt.repeats,
              opt.warmup, opt.layers);
   fmt::print("{:>6} {:>12} {:>12} {:>12}   spread F/I/W (max-min)/median\n", "part", "F", "I", "W");

@@ -70,12 +70,35 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
   app.add_option("--threads", f.threads, "compute threads (default 0: OMP_NUM_THREADS or all cores)");
   app.add_option("--mlp-chunk", f.mlp_chunk, "run the MLP over chunks of this many tokens (0: whole)");
   app.add_option("--recompute", f.recompute, "activation recomputation: none, full or no-attn");
+  add_precision_flag(app, f.precision);
   app.add_option("--save", f.save, "checkpoint folder to write (at the end and every --save-every)");
   app.add_option("--save-every", f.save_every, "also save every N steps (needs --save)");
   app.add_option("--log", f.log, "JSONL metrics file, one line per step (appended on --resume)");
   app.add_option("--loss-svg", f.loss_svg, "write the loss curve as an SVG file at the end");
   app.add_option("--peak-gflops", f.peak_gflops,
                  "peak GFLOP/s of the machine; when given, the progress line shows MFU");
+}
+
+void add_precision_flag(CLI::App& app, std::string& value) {
+  app.add_option("--precision", value,
+                 "fp32, bf16 (bf16 GEMMs and attention over f32 master weights, gradients and "
+                 "AdamW state; needs AVX512-BF16) or auto (bf16 where the CPU has it); default "
+                 "fp32")
+      ->check(CLI::IsMember({"fp32", "bf16", "auto"}));
+}
+
+Precision resolve_precision(const std::string& value, Backend& be) {
+  const bool has_bf16 = be.kernels().supports(Precision::bf16());
+  if (value == "auto") return has_bf16 ? Precision::bf16() : Precision::fp32();
+  const Precision p = Precision::parse(value);
+  HP_CHECK(p != Precision::fp64(), "--precision={} is for gradient checks only; use fp32 or bf16",
+           value);
+  HP_CHECK(p != Precision::bf16() || has_bf16,
+           "--precision=bf16 needs bf16 kernels, which the {} backend does not have here (on the "
+           "CPU: AVX512-BF16 and oneDNN; HP_CPU_ISA may have forced another path); use "
+           "--precision=fp32, or auto to take bf16 only where it is available",
+           be.name());
+  return p;
 }
 
 namespace {
@@ -91,6 +114,7 @@ TrainPlan resolve_train_flags(const TrainFlags& f, const CLI::App& app) {
            "--resume (continue a saved run); got {}",
            sources);
   TrainPlan plan;
+  plan.precision = f.precision;
   plan.shape.seq_len = f.seq_len;
   plan.shape.microbatch_size = f.microbatch_size;
   plan.shape.microbatches = f.microbatches;
@@ -139,6 +163,7 @@ TrainPlan resolve_train_flags(const TrainFlags& f, const CLI::App& app) {
       std::string changed;
       auto note = [&](const char* flag) { changed += (changed.empty() ? "" : ", ") + std::string(flag); };
       if (!given(app, "--seq-len")) plan.shape.seq_len = st.seq_len;
+      if (!given(app, "--precision")) plan.precision = st.precision;
       if (!given(app, "--microbatch-size") && st.microbatch_size > 0) {
         plan.shape.microbatch_size = st.microbatch_size;
       }
@@ -204,6 +229,18 @@ TrainPlan resolve_train_flags(const TrainFlags& f, const CLI::App& app) {
   return plan;
 }
 
+Precision apply_precision(TrainPlan& plan, Backend& be) {
+  const Precision p = resolve_precision(plan.precision, be);
+  if (plan.resumed && !plan.state.precision.empty() && plan.state.precision != p.name()) {
+    plan.notes += fmt::format(
+        "note: resuming a run trained in {} in {}: the weights and optimizer state carry over "
+        "(both f32), but the steps round differently from the saved run's\n",
+        plan.state.precision, p.name());
+  }
+  plan.state.precision = p.name();
+  return p;
+}
+
 void add_grad_flags(CLI::App& app, GradFlags& f) {
   app.add_option("--checkpoint", f.checkpoint, "model folder (config.json + model.safetensors)")
       ->required();
@@ -216,6 +253,7 @@ void add_grad_flags(CLI::App& app, GradFlags& f) {
   app.add_option("--threads", f.threads, "compute threads (default 0: OMP_NUM_THREADS or all cores)");
   app.add_option("--mlp-chunk", f.mlp_chunk, "run the MLP over chunks of this many tokens (0: whole)");
   app.add_option("--recompute", f.recompute, "activation recomputation: none, full or no-attn");
+  add_precision_flag(app, f.precision);
 }
 
 void check_grad_flags(const GradFlags& f) {

@@ -7,10 +7,13 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
 #include "checkpoint/checkpoint.h"
+#include "data/token_file.h"
+#include "kernels/backend.h"
 #include "runtime/trainer.h"
 #include "runtime/train_state.h"
 #include "util/model_config.h"
@@ -41,6 +44,7 @@ struct TrainFlags {
   int threads = 0;          // 0: all cores (OMP_NUM_THREADS if set)
   int64_t mlp_chunk = 0;
   std::string recompute = "none";
+  std::string precision = "fp32";  // --precision: fp32, bf16 or auto (resume: saved)
   std::string save;
   int64_t save_every = 0;   // 0: save only at the end
   std::string log;          // JSONL metrics
@@ -51,6 +55,14 @@ struct TrainFlags {
 // Adds the flags above to `app`.
 void add_train_flags(CLI::App& app, TrainFlags& f);
 
+// Adds --precision (fp32 | bf16 | auto) into `value`; train, grad, eval and bench share it.
+void add_precision_flag(CLI::App& app, std::string& value);
+
+// The policy a --precision value names on backend `be`: fp32 or bf16 as given (bf16 where the
+// backend has no bf16 kernels is an hp::Error saying what is missing and what to use instead), and
+// auto = bf16 where the backend supports it, else fp32 (docs/precision.md).
+Precision resolve_precision(const std::string& value, Backend& be);
+
 // What the flags resolve to.
 struct TrainPlan {
   ModelConfig cfg;
@@ -59,6 +71,7 @@ struct TrainPlan {
   StepShape shape;
   TrainState state;                      // fresh, or the saved one with flag overrides applied
   ModelOptions model_options;
+  std::string precision;                 // the --precision value (resume: the saved one unless given)
   std::string notes;                     // lines to print (e.g. a resumed run that changed its LR)
 };
 
@@ -75,12 +88,38 @@ MfuPeak resolve_mfu_peak(const TrainFlags& f);
 // flags were given explicitly: on --resume, only those override the saved settings.
 TrainPlan resolve_train_flags(const TrainFlags& f, const CLI::App& app);
 
+// Resolves plan.precision on `be` (resolve_precision), records the result in plan.state (so a
+// resumed run continues in it) and, when a resumed run changes precision, adds a note.
+Precision apply_precision(TrainPlan& plan, Backend& be);
+
+// How a launch of `train` differs from the single process: how many ranks share the step, which
+// rank prints, one more header line, and what each step adds to the progress line and the JSONL
+// log. The defaults are the single process.
+struct TrainLaunch {
+  int ranks = 1;
+  bool root = true;     // this rank prints and writes the log and the loss curve
+  std::string header;   // an extra header line ("" for none)
+  // Called on every rank after each step; `line` (the JSONL record) and `extra` (the progress
+  // line's tail) are only used on the root.
+  std::function<void(const StepRecord&, nlohmann::json& line, std::string& extra)> after_step;
+  std::function<void(int64_t step)> before_step;  // every rank, before step `step` starts
+  std::function<void()> after_loop;  // every rank, after the last step and the final save
+};
+
+// Runs the training loop of `engine` (runtime/trainer.h: run_train_loop) to --stop-after or
+// --steps with --save/--save-every, and prints and writes what `train` promises: the header, the
+// progress line, the --log JSONL lines, the --loss-svg curve and the summary line.
+void run_training(TrainEngine& engine, const TrainFlags& f, const TrainPlan& plan,
+                  const TokenSource& source, const SequenceReader& reader, const StepShape& global,
+                  const std::string& compute, const TrainLaunch& launch);
+
 struct GradFlags {
   std::string checkpoint, data, out;
   int64_t seq_len = 0, microbatch_size = 1, microbatches = 1;
   int threads = 0;
   int64_t mlp_chunk = 0;
   std::string recompute = "none";
+  std::string precision = "fp32";
 };
 
 void add_grad_flags(CLI::App& app, GradFlags& f);

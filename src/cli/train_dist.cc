@@ -18,6 +18,7 @@
 #include "data/token_file.h"
 #include "kernels/kernels.h"
 #include "runtime/dist_step.h"
+#include "runtime/dist_trainer.h"
 #include "runtime/model_io.h"
 #include "checkpoint/safetensors.h"
 #include <nlohmann/json.hpp>
@@ -32,6 +33,34 @@
 #include "util/error.h"
 
 namespace hp::cli {
+
+namespace {
+
+// The schedule the flags name (generated, validated and lowered) or --schedule-file, for
+// micro-batches of B*S tokens and M micro-batches per replica.
+Schedule flag_schedule(const std::string& name, const std::string& file, const ModelConfig& cfg,
+                       int64_t tokens_per_mb, int stages, int microbatches, int folds, int virt,
+                       Recompute recompute, bool recompute_given, const std::string& transfer) {
+  Schedule sch;
+  if (!file.empty()) {
+    sch = load_checked_schedule(file, cfg, tokens_per_mb);
+  } else {
+    ScheduleSpec spec{name, stages, microbatches, static_cast<int>(cfg.layers), folds, virt,
+                      recompute, parse_transfer(transfer)};
+    if (!recompute_given) spec.recompute.reset();
+    sch = generate(spec);
+    ValidationReport rep = validate(sch, ValidateOptions{&cfg, tokens_per_mb});
+    if (!rep.ok()) throw Error("the generated schedule is invalid: " + rep.text(sch));
+    lower(sch, &cfg, tokens_per_mb);
+  }
+  if (sch.microbatches != microbatches)
+    throw Error(fmt::format("the schedule has {} micro-batches but --microbatches is {}; make "
+                            "them agree",
+                            sch.microbatches, microbatches));
+  return sch;
+}
+
+}  // namespace
 
 int train_dist_main(int argc, char** argv) {
   CLI::App app("Train a model with pipeline (and data) parallelism under mpirun.", "train");
@@ -58,110 +87,29 @@ int train_dist_main(int argc, char** argv) {
   const bool root = world->rank() == 0;
   try {
     TrainPlan plan = resolve_train_flags(f, app);
+    auto be = make_cpu_backend(f.threads);
+    const Precision prec = apply_precision(plan, *be);
     if (root && !plan.notes.empty()) std::fputs(plan.notes.c_str(), stderr);
     const ModelConfig& cfg = plan.cfg;
     const StepShape& shape = plan.shape;
     const int M = static_cast<int>(shape.microbatches);
-    const int64_t B = shape.microbatch_size, S = shape.seq_len;
-    Schedule sch;
-    if (!sched_file.empty()) {
-      sch = load_checked_schedule(sched_file, cfg, B * S);
-    } else {
-      ScheduleSpec spec{sched_name, stages, M, static_cast<int>(cfg.layers), folds, virt,
-                        shape.recompute, parse_transfer(transfer)};
-      if (!app.get_option("--recompute")->count()) spec.recompute.reset();
-      sch = generate(spec);
-      ValidationReport rep = validate(sch, ValidateOptions{&cfg, B * S});
-      if (!rep.ok()) throw Error("the generated schedule is invalid: " + rep.text(sch));
-      lower(sch, &cfg, B * S);
-    }
-    if (sch.microbatches != M)
-      throw Error("the schedule has " + std::to_string(sch.microbatches) +
-                  " micro-batches but --microbatches is " + std::to_string(M) + "; make them agree");
-    GridComms grid = split_grid(*world, dp, sch.num_stages);
-    auto be = make_cpu_backend(f.threads);
-    DistStage stage(sch, grid, cfg, *be, B, S, plan.model_options);
+    Schedule sch = flag_schedule(sched_name, sched_file, cfg, shape.microbatch_size * shape.seq_len,
+                                 stages, M, folds, virt, shape.recompute,
+                                 app.get_option("--recompute")->count() > 0, transfer);
+    const std::string sched_label = sch.name;
+    const int P = sch.num_stages;
+    DistTrainer trainer(*world, std::move(sch), dp, cfg, *be, shape, plan.model_options, prec,
+                        plan.state);
     if (plan.source) {
-      load_checkpoint_params(*plan.source, stage.params());
+      trainer.load_params(*plan.source);
     } else {
-      stage.params().init(plan.state.seed);
+      trainer.init_params();
     }
-    TrainState st = plan.state;
-    AdamW opt(*be, st.adamw);
-    std::vector<ParamRef> refs = param_refs(stage.params());
     if (plan.resumed && plan.source->optimizer_path)
-      opt.load_state(SafetensorsReader::open(*plan.source->optimizer_path), refs, st.step);
+      trainer.load_optimizer(*plan.source->optimizer_path);
     const TokenSource source = TokenSource::open(f.data);
-    const SequenceReader reader(source, S, cfg.vocab);
-    StepShape global = shape;
-    global.microbatches = shape.microbatches * dp;  // the batch of all replicas together
-    MetricsLog log;
-    if (root && !f.log.empty()) log.open(f.log, plan.resumed);
-    const int64_t total = st.lr.total;
-    const int64_t end = f.stop_after > 0 ? std::min(f.stop_after, total) : total;
-    const int64_t first_step = st.step;
-    const double step_flops = train_step_flops(cfg, global);
-    // MFU against the peak of all ranks together (per-rank peak x ranks).
-    const MfuPeak peak = resolve_mfu_peak(f);
-    if (root)
-      fmt::print("train (distributed): {} = {} x {} ranks (data x pipeline), schedule {}, M={} "
-                 "B={} S={}; step {} -> {}; MFU against {} per rank x {} ranks\n",
-                 world->size(), dp, sch.num_stages, sch.name, M, B, S, first_step, end, peak.what,
-                 world->size());
-    std::fflush(stdout);
-    ProgressLine progress(stdout, root && ::isatty(::fileno(stdout)) != 0, total,
-                          std::max<int64_t>(1, (end - first_step) / 20));
-    std::vector<int32_t> tokens, targets;
-    const auto t0 = std::chrono::steady_clock::now();
-    double compute_seconds = 0;
-    Timeline tl;
-    // A checkpoint in the single-process layout: weights and AdamW moments of every stage
-    // gathered on rank 0 (replica 0's stages; the replicas hold identical copies).
-    auto save = [&] {
-      Params full(cfg, root ? Params::all_parts(cfg) : std::vector<Part>{}, *be);
-      if (grid.d == 0) stage.gather_params(grid.p == 0 ? &full : nullptr);
-      std::vector<StWriteTensor> moments = opt.state_tensors(refs);
-      std::vector<std::vector<float>> received;
-      if (grid.d == 0) {
-        Comm& pipe = *grid.pipeline;
-        if (pipe.rank() == 0) {
-          for (int q = 1; q < pipe.size(); ++q) {
-            Params other(cfg, stage_parts(sch, q), *be);
-            for (const ParamRef& pr : param_refs(other)) {
-              for (const char* kind : {"exp_avg.", "exp_avg_sq."}) {
-                received.emplace_back(static_cast<size_t>(pr.numel()));
-                Request rq = pipe.irecv(received.back().data(), pr.numel() * 4, q, 4);
-                pipe.wait(rq, "optimizer state of stage " + std::to_string(q));
-                moments.push_back({kind + pr.name, StDType::kF32, pr.shape, nullptr});
-              }
-            }
-          }
-          // Pointers last: `received` no longer grows.
-          size_t k = 0;
-          for (StWriteTensor& t : moments)
-            if (t.data == nullptr) t.data = received[k++].data();
-        } else {
-          for (const StWriteTensor& t : moments) {
-            int64_t n = 1;
-            for (int64_t d : t.shape) n *= d;
-            Request rq = pipe.isend(t.data, n * 4, 0, 4);
-            pipe.wait(rq, "sending the optimizer state to stage 0");
-          }
-        }
-      }
-      if (root) {
-        CheckpointContents c;
-        c.config = model_config_to_hf(cfg);
-        std::vector<float> host;
-        c.model = params_write_tensors(full, host);
-        c.optimizer = std::move(moments);
-        TrainState saved = st;
-        saved.microbatches = global.microbatches;  // the global batch: M per replica x D
-        c.trainer_state = saved.to_json();
-        save_checkpoint(f.save, c);
-      }
-      world->barrier();
-    };
+    const SequenceReader reader(source, shape.seq_len, cfg.vocab);
+
     // Test-only fault injection (docs/executor.md): HP_TEST_KILL_RANK=R:N makes rank R kill
     // itself with SIGKILL when step N starts, so tests can check that the job ends naming it.
     int kill_rank = -1;
@@ -170,74 +118,42 @@ int train_dist_main(int argc, char** argv) {
       if (std::sscanf(k, "%d:%lld", &kill_rank, &kill_step) != 2)
         throw Error(fmt::format("HP_TEST_KILL_RANK='{}' should be RANK:STEP, e.g. 1:3", k));
     }
-    while (st.step < end) {
-      if (world->rank() == kill_rank && st.step + 1 == kill_step) std::raise(SIGKILL);
-      const double ts = now_s();
-      read_step_batch(reader, st.next_sequence, global, /*wrap=*/true, tokens, targets);
-      const int64_t off = static_cast<int64_t>(grid.d) * M * B * S;
-      const bool last = st.step + 1 == end && (!trace.empty() || !timeline.empty());
-      if (last) tl = Timeline{sch.num_stages, "helixpipe train (measured)", {}};
-      DistStepResult r = stage.loss_and_grads(tokens.data() + off, targets.data() + off,
-                                              ExecutorOptions{last ? &tl : nullptr, ts});
-      const double lr = st.lr.at(st.step);
-      double norm = stage.global_grad_norm();
-      if (!std::isfinite(r.loss) || !std::isfinite(norm))
-        throw Error(fmt::format("step {}: the loss ({}) or gradient norm ({}) is not finite; "
-                                "lower --lr, raise --warmup, or keep --clip > 0",
-                                st.step + 1, r.loss, norm));
-      opt.step(refs, lr, clip_factor(norm, st.clip));
-      double bubble[2] = {r.stats.busy_s, r.stats.total_s};
-      world->allreduce_sum(bubble, 2);
-      const double secs = now_s() - ts;
-      compute_seconds += secs;
-      st.step += 1;
-      st.next_sequence += global.sequences();
-      st.tokens_seen += global.tokens();
-      StepRecord rec{st.step, r.loss, lr, norm, secs, static_cast<double>(global.tokens()) / secs};
-      st.history.push_back(rec);
-      if (root) {
-        const double elapsed =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        const double eta = elapsed / static_cast<double>(st.step - first_step) *
-                           static_cast<double>(end - st.step);
-        const double gflops = step_flops / secs / 1e9;
-        const double bub = bubble[1] > 0 ? 100.0 * (1 - bubble[0] / bubble[1]) : 0;
-        std::string extra = fmt::format("bubble {:.1f}%", bub);
-        extra += fmt::format("  MFU {:.1f}%", 100.0 * gflops / (peak.gflops * world->size()));
-        nlohmann::json line = rec.to_json();
-        line["tokens_seen"] = st.tokens_seen;
-        line["bubble_pct"] = bub;
-        line["peak_stash_bytes_rank0"] = r.stats.peak_stash_bytes;
-        log.write(line);
-        progress.update(rec, eta, extra);
+    const int64_t total = trainer.state().lr.total;
+    const int64_t end = f.stop_after > 0 ? std::min(f.stop_after, total) : total;
+    // The last step is recorded when --trace or --timeline asks for it.
+    Timeline tl;
+    auto before = [&](int64_t next) {
+      if (world->rank() == kill_rank && next == kill_step) std::raise(SIGKILL);
+      if (next == end && (!trace.empty() || !timeline.empty())) {
+        tl = Timeline{P, "helixpipe train (measured)", {}};
+        trainer.record_timeline(&tl);
       }
-      if (!f.save.empty() && f.save_every > 0 && st.step % f.save_every == 0 && st.step != end)
-        save();
-    }
-    if (root) progress.finish();
-    if (!f.save.empty()) save();
-    if (root && !f.loss_svg.empty())
-      write_loss_svg(f.loss_svg, st.history,
-                     fmt::format("helixpipe train ({} x {} ranks, {}): {} layers, h {}, S {}, {} "
-                                 "tokens/step",
-                                 dp, sch.num_stages, sch.name, cfg.layers, cfg.hidden, S,
-                                 global.tokens()));
-    if (!trace.empty() || !timeline.empty()) {
+    };
+    TrainLaunch launch;
+    launch.before_step = before;
+    launch.ranks = world->size();
+    launch.root = root;
+    launch.header = fmt::format("train (distributed): {} = {} x {} ranks (data x pipeline), "
+                                "schedule {}, {} micro-batches per replica",
+                                world->size(), dp, P, sched_label, M);
+    launch.after_step = [&](const StepRecord& r, nlohmann::json& line, std::string& extra) {
+      const double bubble = 100.0 * trainer.last_bubble_fraction();
+      extra += fmt::format("  bubble {:.1f}%", bubble);
+      line["bubble_pct"] = bubble;
+      line["peak_stash_bytes_rank0"] = trainer.last_peak_stash_bytes();
+    };
+    launch.after_loop = [&] {
+      if (trace.empty() && timeline.empty()) return;
       // Stage 0 of replica 0 collects every stage's events and writes the files.
-      if (grid.d == 0) {
-        gather_timeline(*grid.pipeline, tl);
-        if (grid.p == 0) {
-          if (!trace.empty()) write_file_atomic(trace, render_chrome_trace(tl));
-          if (!timeline.empty()) write_file_atomic(timeline, render_svg(tl));
-        }
-      }
-    }
-    if (root) {
-      const double tokens_run = static_cast<double>((end - first_step) * global.tokens());
-      fmt::print("done: {} steps, {} tok/s; loss {:.4f} -> {:.4f}{}\n", end - first_step,
-                 format_count(tokens_run / compute_seconds), st.history[st.history.size() - static_cast<size_t>(end - first_step)].loss,
-                 st.history.back().loss, f.save.empty() ? "" : "; saved " + f.save);
-    }
+      GridComms& grid = trainer.grid();
+      if (grid.d != 0) return;
+      gather_timeline(*grid.pipeline, tl);
+      if (grid.p != 0) return;
+      if (!trace.empty()) write_file_atomic(trace, render_chrome_trace(tl));
+      if (!timeline.empty()) write_file_atomic(timeline, render_svg(tl));
+    };
+    run_training(trainer, f, plan, source, reader, trainer.global_shape(),
+                 fmt::format("{} on {} per rank", prec.name(), be->name()), launch);
     world->barrier();
   } catch (const std::exception& e) {
     world->abort(std::string("rank ") + std::to_string(world->rank()) + ": error: " + e.what());
@@ -270,23 +186,14 @@ int grad_dist_main(int argc, char** argv) {
                               f.microbatches, dp));
     const int M = static_cast<int>(f.microbatches / dp);
     const int64_t B = f.microbatch_size, S = f.seq_len;
-    Schedule sch;
-    if (!sched_file.empty()) {
-      sch = load_checked_schedule(sched_file, cfg, B * S);
-    } else {
-      ScheduleSpec spec{sched_name, stages, M, static_cast<int>(cfg.layers), folds, virt,
-                        parse_recompute(f.recompute), parse_transfer(transfer)};
-      if (!app.get_option("--recompute")->count()) spec.recompute.reset();
-      sch = generate(spec);
-      ValidationReport rep = validate(sch, ValidateOptions{&cfg, B * S});
-      if (!rep.ok()) throw Error("the generated schedule is invalid: " + rep.text(sch));
-      lower(sch, &cfg, B * S);
-    }
+    const Schedule sch = flag_schedule(sched_name, sched_file, cfg, B * S, stages, M, folds, virt,
+                                       parse_recompute(f.recompute),
+                                       app.get_option("--recompute")->count() > 0, transfer);
     GridComms grid = split_grid(*world, dp, sch.num_stages);
     auto be = make_cpu_backend(f.threads);
     ModelOptions mo;
     mo.mlp_chunk = f.mlp_chunk;
-    DistStage stage(sch, grid, cfg, *be, B, S, mo);
+    DistStage stage(sch, grid, cfg, *be, B, S, mo, resolve_precision(f.precision, *be));
     load_checkpoint_params(info, stage.params());
     const TokenSource source = TokenSource::open(f.data);
     const SequenceReader reader(source, S, cfg.vocab);
@@ -309,8 +216,9 @@ int grad_dist_main(int argc, char** argv) {
                          {"helixpipe", "gradients of the mean loss"},
                          {"loss", fmt::format("{:.9g}", r.loss)}});
       fmt::print("wrote {}: gradients of {} tensors over {} sequences of {} tokens ({} x {} ranks, "
-                 "schedule {})\n",
-                 f.out, grads.size(), shape.sequences(), S, dp, sch.num_stages, sch.name);
+                 "schedule {}, {})\n",
+                 f.out, grads.size(), shape.sequences(), S, dp, sch.num_stages, sch.name,
+                 stage.params().precision().name());
       fmt::print("{}\n", nlohmann::json{{"loss", r.loss}}.dump());
     }
     world->barrier();

@@ -120,6 +120,40 @@ void DistStage::gather_params(Params* full) {
   }
 }
 
+std::vector<StWriteTensor> DistStage::gather_optimizer_state(
+    AdamW& opt, std::vector<std::vector<float>>& storage) {
+  Comm& pipe = *grid_.pipeline;
+  std::vector<StWriteTensor> mine = opt.state_tensors(param_refs(*params_));
+  if (pipe.rank() != 0) {
+    for (const StWriteTensor& t : mine) {
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      Request r = pipe.isend(t.data, n * 4, 0, 0);
+      pipe.wait(r, "sending stage " + std::to_string(grid_.p) + "'s optimizer state to stage 0");
+    }
+    return {};
+  }
+  // Stage q sends its tensors in the order state_tensors lists them for its parameters.
+  std::vector<StWriteTensor> out = std::move(mine);
+  storage.clear();
+  std::vector<StWriteTensor> received;
+  for (int q = 1; q < pipe.size(); ++q) {
+    Params other(cfg_, stage_parts(sch_, q), be_, params_->precision());
+    for (const ParamRef& p : param_refs(other)) {
+      for (const char* kind : {"exp_avg.", "exp_avg_sq."}) {
+        storage.emplace_back(static_cast<size_t>(p.numel()));
+        Request r = pipe.irecv(storage.back().data(), p.numel() * 4, q, 0);
+        pipe.wait(r, "optimizer state of stage " + std::to_string(q) + " for the checkpoint");
+        received.push_back({kind + p.name, StDType::kF32, p.shape, nullptr});
+      }
+    }
+  }
+  // Pointers last: `storage` no longer grows.
+  for (size_t k = 0; k < received.size(); ++k) received[k].data = storage[k].data();
+  out.insert(out.end(), received.begin(), received.end());
+  return out;
+}
+
 void DistStage::gather_grads(Params* full) {
   Comm& pipe = *grid_.pipeline;
   if (pipe.rank() == 0) {

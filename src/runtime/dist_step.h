@@ -65,6 +65,12 @@ class DistStage {
   void gather_params(Params* full);
   // The same for the gradients (into full's gradients, by tensor name).
   void gather_grads(Params* full);
+  // The AdamW moments of every stage (`opt` holds this stage's), as optimizer.safetensors tensors
+  // (exp_avg.<name>, exp_avg_sq.<name>, f32) on stage 0 of the pipeline group: views into
+  // `storage` and into `opt`'s host copies, valid while both live. The other stages send theirs
+  // and get an empty list. Collective over the pipeline group.
+  std::vector<StWriteTensor> gather_optimizer_state(AdamW& opt,
+                                                    std::vector<std::vector<float>>& storage);
 
   Params& params() { return *params_; }
   Model& model() { return *model_; }

@@ -114,7 +114,7 @@ PartProfile profile_parts(const ModelConfig& cfg_in, const ProfileOptions& opt) 
   cfg.validate();
 
   auto be = make_cpu_backend(opt.threads);
-  Params params(cfg, Params::all_parts(cfg), *be);
+  Params params(cfg, Params::all_parts(cfg), *be, opt.precision);
   params.init(opt.seed);
   Model model(params);
 
@@ -135,7 +135,7 @@ PartProfile profile_parts(const ModelConfig& cfg_in, const ProfileOptions& opt) 
   std::vector<Part> parts;
   for (int i = 0; i <= 3 * opt.layers + 1; ++i) parts.push_back(Part::from_index(i, opt.layers));
 
-  ValueStore store(*be);
+  ValueStore store(*be, opt.precision);
   std::array<std::array<double, 3>, 5> acc{};
   std::array<std::array<std::vector<double>, 3>, 5> samples;
   std::vector<double> attn_extra;
@@ -164,7 +164,7 @@ PartProfile profile_parts(const ModelConfig& cfg_in, const ProfileOptions& opt) 
   // A negative difference is timing noise: the recompute is cheaper than the noise, call it 0.
   out.attn_recompute_f = attn_extra.empty() ? 0.0 : std::max(0.0, median(attn_extra));
 
-  out.message_bytes = n * cfg.hidden * 4;
+  out.message_bytes = n * cfg.hidden * dtype_bytes(opt.precision.compute);
   if (opt.link_latency_s >= 0 && opt.link_bandwidth_Bps > 0) {
     out.link_latency_s = opt.link_latency_s;
     out.link_bandwidth_Bps = opt.link_bandwidth_Bps;
@@ -187,7 +187,7 @@ StepCheck check_step(const ModelConfig& cfg, const ProfileOptions& opt, const Pa
   HP_CHECK(microbatches >= 1, "profile: --step-microbatches must be >= 1 (got {})", microbatches);
   cfg.validate();
   auto be = make_cpu_backend(opt.threads);
-  Params params(cfg, Params::all_parts(cfg), *be);
+  Params params(cfg, Params::all_parts(cfg), *be, opt.precision);
   params.init(opt.seed);
   Model model(params);
   const int64_t n = opt.seq_len * opt.microbatch_size * microbatches;
@@ -203,7 +203,7 @@ StepCheck check_step(const ModelConfig& cfg, const ProfileOptions& opt, const Pa
   tok.upload(*be, tokens, cfg.vocab, "token");
   tgt.upload(*be, targets, cfg.vocab, "target");
   std::vector<double> t;
-  ValueStore store(*be);
+  ValueStore store(*be, opt.precision);
   for (int r = 0; r < 1 + opt.repeats; ++r) {
     store.clear();
     store.reset_peaks();

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/dtype.h"
 #include "schedule/ir.h"
 #include "util/model_config.h"
 
@@ -24,6 +25,7 @@ struct ProfileOptions {
   int layers = 1;          // layers actually built and timed (per-layer parts are averaged over
                            // them); the cost of one part does not depend on the model's depth
   TransferMode transfer = TransferMode::kWeights;
+  Precision precision = Precision::fp32();  // the policy the parts run in (docs/precision.md)
   uint64_t seed = 1;
   // Also run each pass again under no-attn to measure attention's QKV recompute
   // (attn_recompute_f; 0 when off).
@@ -42,7 +44,7 @@ struct PartProfile {
   double link_latency_s = 0;
   double link_bandwidth_Bps = 0;
   std::string link_source;  // "memcpy (in-process)" or "given"
-  int64_t message_bytes = 0;  // one activation message (b * s * h * 4)
+  int64_t message_bytes = 0;  // one activation message (b * s * h * bytes of the compute type)
   std::string blas_core;
   int threads = 1;
 

@@ -37,6 +37,7 @@ nlohmann::json TrainState::to_json() const {
           {"lr_schedule", lr.to_json()},
           {"adamw", adamw.to_json()},
           {"clip", clip},
+          {"precision", precision.empty() ? "fp32" : precision},
           {"loss_history", hist}};
 }
 
@@ -57,6 +58,9 @@ TrainState TrainState::from_json(const nlohmann::json& j, const std::string& whe
     s.lr = LrSchedule::from_json(j.at("lr_schedule"), where);
     s.adamw = AdamWConfig::from_json(j.at("adamw"), where);
     s.clip = j.at("clip").get<double>();
+    s.precision = j.value("precision", "fp32");
+    HP_CHECK(s.precision == "fp32" || s.precision == "bf16",
+             "{}: precision '{}' is not fp32 or bf16", where, s.precision);
     for (const auto& r : j.at("loss_history")) s.history.push_back(StepRecord::from_json(r));
   } catch (const nlohmann::json::exception& e) {
     fail("{}: malformed trainer state ({})", where, e.what());

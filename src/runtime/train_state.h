@@ -36,6 +36,7 @@ struct TrainState {
   LrSchedule lr;
   AdamWConfig adamw;
   double clip = 1.0;          // max global grad norm; <= 0 disables clipping
+  std::string precision;      // "fp32" or "bf16" (Precision::name()); empty: not recorded (fp32)
   std::vector<StepRecord> history;
 
   nlohmann::json to_json() const;

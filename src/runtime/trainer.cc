@@ -157,6 +157,20 @@ void Trainer::save(const std::string& dir) {
   save_training_checkpoint(dir, params_, &opt_, &state_);
 }
 
+void run_train_loop(TrainEngine& engine, const SequenceReader& data, const TrainLoopOptions& opt,
+                    const std::function<void(const StepRecord&)>& on_step,
+                    const std::function<void(int64_t)>& before_step) {
+  HP_CHECK(opt.save_every == 0 || !opt.save.empty(), "save_every needs a checkpoint folder");
+  while (engine.state().step < opt.end) {
+    if (before_step) before_step(engine.state().step + 1);
+    const StepRecord r = engine.step(data);
+    if (on_step) on_step(r);
+    if (opt.save_every > 0 && r.step % opt.save_every == 0 && r.step != opt.end)
+      engine.save(opt.save);
+  }
+  if (!opt.save.empty()) engine.save(opt.save);
+}
+
 double train_step_flops(const ModelConfig& cfg, const StepShape& shape) {
   const double h = static_cast<double>(cfg.hidden);
   const double matrix_params =

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,11 +66,36 @@ struct StepShape {
 void read_step_batch(const SequenceReader& reader, int64_t first, const StepShape& shape, bool wrap,
                      std::vector<int32_t>& tokens, std::vector<int32_t>& targets);
 
+// What a training loop needs from a run, in one process (Trainer) or as one rank of a pipelined
+// job (DistTrainer, runtime/dist_trainer.h).
+class TrainEngine {
+ public:
+  virtual ~TrainEngine() = default;
+  // One optimizer update on the next global batch of `data`; appends to and returns the history.
+  virtual StepRecord step(const SequenceReader& data) = 0;
+  // Writes a whole-model checkpoint (model, optimizer, trainer state); every rank calls it.
+  virtual void save(const std::string& dir) = 0;
+  virtual const TrainState& state() const = 0;
+};
+
+struct TrainLoopOptions {
+  int64_t end = 0;         // run until state().step == end
+  std::string save;        // checkpoint folder ("": none)
+  int64_t save_every = 0;  // also save after every this many steps (0: at the end only)
+};
+
+// Steps `engine` until opt.end: before each update calls `before_step` with the number the step
+// will have, after it `on_step`, then saves when the step is a multiple of save_every; saves once
+// more at the end when opt.save is set. Either callback may be empty.
+void run_train_loop(TrainEngine& engine, const SequenceReader& data, const TrainLoopOptions& opt,
+                    const std::function<void(const StepRecord&)>& on_step,
+                    const std::function<void(int64_t)>& before_step = {});
+
 // A whole-model training run in one process, on the backend and in the precision of its Params.
 // Holds the model, optimizer and state; step() runs one update on the next global batch of the
 // data: the batch is read on the host, checked and uploaded, and the loss and gradient norm are
 // the only values read back.
-class Trainer {
+class Trainer : public TrainEngine {
  public:
   // `params` must hold the whole model (Params::all_parts). The state carries the LR schedule,
   // AdamW settings, clip, the data position and history (fresh or from a checkpoint).
@@ -82,12 +108,12 @@ class Trainer {
   // One update: zero grads, mean loss and gradient over B*M sequences from state().next_sequence
   // (wrapping around the data), global norm, clip, AdamW with lr = schedule.at(step). Throws
   // hp::Error when the loss or the gradient is not finite (what to try is in the message).
-  StepRecord step(const SequenceReader& data);
+  StepRecord step(const SequenceReader& data) override;
 
   // Saves model + optimizer + trainer state.
-  void save(const std::string& dir);
+  void save(const std::string& dir) override;
 
-  const TrainState& state() const { return state_; }
+  const TrainState& state() const override { return state_; }
   TrainState& state() { return state_; }
   const StepShape& shape() const { return shape_; }
   Params& params() { return params_; }

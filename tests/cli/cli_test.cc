@@ -102,11 +102,11 @@ struct Reference {
 };
 
 Reference reference_grad(const std::string& ckpt, const std::string& data, int64_t S, int64_t B,
-                         int64_t M) {
+                         int64_t M, Precision prec = Precision::fp32()) {
   const CheckpointInfo info = open_checkpoint(ckpt);
   const ModelConfig cfg = model_config_from_hf(info.config, "config");
   auto be = make_cpu_backend(1);
-  Params params(cfg, Params::all_parts(cfg), *be);
+  Params params(cfg, Params::all_parts(cfg), *be, prec);
   std::vector<float> w(static_cast<size_t>(params.size()));
   load_model_safetensors(info.model_path, cfg,
                          [&](const std::string& n) { return w.data() + params.tensor(n).offset; });
@@ -368,6 +368,86 @@ TEST_F(CliTest, LossFallsOnText) {
   EXPECT_EQ(c3.out.size(), 3u + 50u + 1u);
 }
 
+// --precision on grad, eval and train. bf16 reaches the model: grad equals the library's own bf16
+// loss_and_grads on the CPU backend bit for bit and differs from fp32 by bf16 rounding only; a bf16
+// run resumed without the flag continues in bf16 and reproduces the uninterrupted run; auto takes
+// what the kernels offer; bf16 where the kernels lack it is refused with a message.
+TEST_F(CliTest, PrecisionFlagReachesTheModel) {
+  if (!make_cpu_backend(1)->kernels().supports(Precision::bf16()))
+    GTEST_SKIP() << "the CPU backend offers no bf16 here (it needs AVX512-BF16 and oneDNN)";
+  ASSERT_EQ(helixpipe("init --model=tiny --seed=5 --out=" + path("m")).rc, 0);
+  const int64_t S = 32, B = 2, M = 2;
+  auto grad = [&](const std::string& precision) {
+    const CmdResult r = helixpipe(fmt::format(
+        "grad --checkpoint={} --data={} --seq-len={} --microbatch-size={} --microbatches={} "
+        "--out={} --threads=1 --precision={}",
+        path("m"), path("text.txt"), S, B, M, path("g.safetensors"), precision));
+    EXPECT_EQ(r.rc, 0) << r.out;
+    return r;
+  };
+  const CmdResult g16 = grad("bf16");
+  ASSERT_EQ(g16.rc, 0) << g16.out;
+  EXPECT_NE(g16.out.find("(bf16)"), std::string::npos) << g16.out;
+  const double loss16 = nlohmann::json::parse(last_line(g16.out))["loss"].get<double>();
+  const Reference ref16 =
+      reference_grad(path("m"), path("text.txt"), S, B, M, Precision::bf16());
+  EXPECT_EQ(loss16, ref16.loss);
+  const auto file = SafetensorsReader::open(path("g.safetensors"));
+  for (const auto& [name, g] : ref16.grads) EXPECT_EQ(read_tensor(file, name), g) << name;
+  const double loss32 =
+      nlohmann::json::parse(last_line(grad("fp32").out))["loss"].get<double>();
+  EXPECT_NE(loss16, loss32) << "the bf16 run computed in fp32";
+  EXPECT_NEAR(loss16, loss32, 1e-2 * loss32);
+  EXPECT_EQ(nlohmann::json::parse(last_line(grad("auto").out))["loss"].get<double>(), loss16);
+
+  const std::string eval = "eval --checkpoint=" + path("m") + " --data=" + path("text.txt") +
+                           " --seq-len=32 --max-sequences=4 --threads=1 --precision=";
+  const CmdResult e16 = helixpipe(eval + "bf16"), e32 = helixpipe(eval + "fp32");
+  ASSERT_EQ(e16.rc, 0) << e16.out;
+  ASSERT_EQ(e32.rc, 0) << e32.out;
+  EXPECT_NE(e16.out.find("in bf16"), std::string::npos) << e16.out;
+  const double el16 = nlohmann::json::parse(last_line(e16.out))["loss"].get<double>();
+  const double el32 = nlohmann::json::parse(last_line(e32.out))["loss"].get<double>();
+  EXPECT_NE(el16, el32);
+  EXPECT_NEAR(el16, el32, 1e-2 * el32);
+
+  const std::string common = "--model=tiny --data=" + path("text.txt") +
+                             " --seq-len=32 --microbatch-size=2 --steps=6 --lr=5e-3 --threads=1 "
+                             "--precision=bf16";
+  const CmdResult a = helixpipe("train " + common + " --log=" + path("a.jsonl"));
+  ASSERT_EQ(a.rc, 0) << a.out;
+  EXPECT_NE(a.out.find("bf16 on"), std::string::npos) << a.out;
+  ASSERT_EQ(helixpipe("train " + common + " --stop-after=3 --save=" + path("b") + " --log=" +
+                      path("b.jsonl"))
+                .rc,
+            0);
+  EXPECT_EQ(nlohmann::json::parse(read_file(path("b") + "/trainer_state.json"))["precision"],
+            "bf16");
+  const CmdResult b2 = helixpipe("train --resume=" + path("b") + " --data=" + path("text.txt") +
+                                 " --threads=1 --log=" + path("b.jsonl"));
+  ASSERT_EQ(b2.rc, 0) << b2.out;
+  EXPECT_NE(b2.out.find("bf16 on"), std::string::npos) << b2.out;
+  EXPECT_EQ(log_losses(path("a.jsonl")), log_losses(path("b.jsonl")));
+  // Resuming in another precision is allowed (the saved state is f32) and said.
+  const CmdResult b3 = helixpipe("train --resume=" + path("b") + " --data=" + path("text.txt") +
+                                 " --threads=1 --precision=fp32 --stop-after=4");
+  ASSERT_EQ(b3.rc, 0) << b3.out;
+  EXPECT_NE(b3.out.find("resuming a run trained in bf16 in fp32"), std::string::npos) << b3.out;
+
+  // Kernels without bf16 (forced here): auto falls back to fp32, an explicit bf16 is refused.
+  ::setenv("HP_CPU_ISA", "avx512", 1);
+  const CmdResult f32 = grad("fp32"), fauto = grad("auto");
+  const CmdResult refused = helixpipe(fmt::format(
+      "grad --checkpoint={} --data={} --seq-len=8 --out={} --precision=bf16", path("m"),
+      path("text.txt"), path("x.safetensors")));
+  ::unsetenv("HP_CPU_ISA");
+  EXPECT_EQ(last_line(fauto.out), last_line(f32.out));
+  EXPECT_NE(refused.rc, 0);
+  EXPECT_NE(refused.out.find("--precision=bf16 needs bf16 kernels"), std::string::npos)
+      << refused.out;
+  EXPECT_FALSE(fs::exists(path("x.safetensors")));
+}
+
 TEST_F(CliTest, TokenizeThenTrainReadsTheSameTokens) {
   const CmdResult t = helixpipe("tokenize --input=" + path("text.txt") + " --out=" + path("t.tok"));
   ASSERT_EQ(t.rc, 0) << t.out;
@@ -409,6 +489,7 @@ TEST_F(CliTest, BadInputsFailWithClearMessages) {
       {"train --model=tiny --microbatches=abc" + data, "--microbatches"},
       {"train --model=tiny --recompute=some" + data, "some"},
       {"train --model=tiny --lr=-1" + data, "--lr must be a positive number"},
+      {"train --model=tiny --precision=fp16" + data, "--precision"},
       {"train --model=tiny --save-every=5" + data, "--save-every needs --save"},
       {"train --model=tiny --bogus=1" + data, "bogus"},
       {"train --resume=" + path("m") + data, "start from its weights with --checkpoint"},

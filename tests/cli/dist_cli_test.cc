@@ -17,11 +17,13 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <tuple>
 #include <string>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
+#include "kernels/backend.h"
 #include "util/atomic_file.h"
 #include "util/rng.h"
 
@@ -151,6 +153,41 @@ TEST_F(DistCliTest, GradUnderMpirunEqualsSingleProcess) {
       EXPECT_NEAR(lossd, loss1, 1e-6 * loss1);
     }
     expect_same_tensors(path("g1.st"), path("gd.st"), c.bitwise ? 0.0 : 1e-6);
+  }
+}
+
+// --precision=bf16 reaches every stage: the pipelined gradient in bf16 equals the single
+// process's bf16 gradient (bitwise for GPipe, within f32 summation order for HelixPipe with two
+// replicas) and differs from the fp32 one.
+TEST_F(DistCliTest, Bf16GradUnderMpirunEqualsSingleProcessBf16) {
+  if (!hp::make_cpu_backend(1)->kernels().supports(hp::Precision::bf16()))
+    GTEST_SKIP() << "the CPU backend offers no bf16 here (it needs AVX512-BF16 and oneDNN)";
+  ASSERT_EQ(run(0, "init --model=" + path("cfg.json") + " --seed=5 --out=" + path("m")).rc, 0);
+  const std::string common = fmt::format(
+      "grad --checkpoint={} --data={} --seq-len=24 --microbatch-size=2 --microbatches=4 "
+      "--threads=1",
+      path("m"), path("text.txt"));
+  const RunResult one = run(0, common + " --precision=bf16 --out=" + path("g1.st"));
+  ASSERT_EQ(one.rc, 0) << one.out;
+  const RunResult f32 = run(0, common + " --out=" + path("g32.st"));
+  ASSERT_EQ(f32.rc, 0) << f32.out;
+  const double loss1 = nlohmann::json::parse(last_line(one.out))["loss"].get<double>();
+  EXPECT_NE(loss1, nlohmann::json::parse(last_line(f32.out))["loss"].get<double>());
+  for (const auto& [ranks, flags, bitwise] :
+       {std::tuple{2, "--schedule=gpipe --stages=2", true},
+        std::tuple{4, "--schedule=helix --stages=2 --folds=2 --data-parallel=2", false}}) {
+    SCOPED_TRACE(fmt::format("{} ranks {}", ranks, flags));
+    const RunResult d =
+        run(ranks, common + " " + flags + " --precision=bf16 --out=" + path("gd.st"));
+    ASSERT_EQ(d.rc, 0) << d.out;
+    EXPECT_NE(d.out.find("bf16)"), std::string::npos) << d.out;
+    const double lossd = nlohmann::json::parse(last_line(d.out))["loss"].get<double>();
+    if (bitwise) {
+      EXPECT_EQ(lossd, loss1);
+    } else {
+      EXPECT_NEAR(lossd, loss1, 1e-6 * loss1);
+    }
+    expect_same_tensors(path("g1.st"), path("gd.st"), bitwise ? 0.0 : 1e-6);
   }
 }
 
