@@ -105,6 +105,63 @@ namespace {
 
 bool given(const CLI::App& app, const char* name) { return app.get_option(name)->count() > 0; }
 
+// On --resume: the saved state `st` continues unchanged except where a flag was given explicitly;
+// each such change is noted in plan.notes.
+void apply_resume_overrides(const TrainFlags& f, const CLI::App& app, TrainPlan& plan) {
+  TrainState& st = plan.state;
+  // Flags given explicitly override the saved run; the rest continue it unchanged.
+  std::string changed;
+  auto note = [&](const char* flag) { changed += (changed.empty() ? "" : ", ") + std::string(flag); };
+  if (!given(app, "--seq-len")) plan.shape.seq_len = st.seq_len;
+  if (!given(app, "--precision")) plan.precision = st.precision;
+  if (!given(app, "--microbatch-size") && st.microbatch_size > 0) {
+    plan.shape.microbatch_size = st.microbatch_size;
+  }
+  if (!given(app, "--microbatches") && st.microbatches > 0) plan.shape.microbatches = st.microbatches;
+  if (given(app, "--lr") && f.lr != st.lr.peak) {
+    const double min_lr = st.lr.peak * st.lr.min_ratio;
+    st.lr.peak = f.lr;
+    st.lr.min_ratio = std::min(1.0, min_lr / f.lr);
+    note("--lr");
+  }
+  if (given(app, "--min-lr")) {
+    st.lr.min_ratio = f.min_lr / st.lr.peak;
+    note("--min-lr");
+  }
+  if (given(app, "--warmup") && f.warmup != st.lr.warmup) {
+    st.lr.warmup = f.warmup;
+    note("--warmup");
+  }
+  if (given(app, "--steps") && f.steps != st.lr.total) {
+    st.lr.total = f.steps;
+    note("--steps");
+  }
+  if (given(app, "--weight-decay") && f.weight_decay != st.adamw.weight_decay) {
+    st.adamw.weight_decay = f.weight_decay;
+    note("--weight-decay");
+  }
+  if (given(app, "--clip") && f.clip != st.clip) {
+    st.clip = f.clip;
+    note("--clip");
+  }
+  if (plan.shape.seq_len != st.seq_len) {
+    const int64_t next = st.next_sequence_for(plan.shape.seq_len);
+    plan.notes += fmt::format(
+        "note: --seq-len {} differs from the saved {}; the data position {} x {} tokens "
+        "becomes sequence {} of the new length\n",
+        plan.shape.seq_len, st.seq_len, st.next_sequence, st.seq_len, next);
+    st.next_sequence = next;
+    st.seq_len = plan.shape.seq_len;
+    note("--seq-len");
+  }
+  if (!changed.empty()) {
+    plan.notes += fmt::format(
+        "note: resuming with changed {}: the run continues, but not as the saved run would "
+        "have\n",
+        changed);
+  }
+}
+
 }  // namespace
 
 TrainPlan resolve_train_flags(const TrainFlags& f, const CLI::App& app) {
@@ -159,57 +216,7 @@ TrainPlan resolve_train_flags(const TrainFlags& f, const CLI::App& app) {
                "from its weights with --checkpoint instead",
                dir, kTrainerStateFile, kOptimizerFile);
       st = TrainState::from_json(*plan.source->trainer_state, dir + "/" + kTrainerStateFile);
-      // Flags given explicitly override the saved run; the rest continue it unchanged.
-      std::string changed;
-      auto note = [&](const char* flag) { changed += (changed.empty() ? "" : ", ") + std::string(flag); };
-      if (!given(app, "--seq-len")) plan.shape.seq_len = st.seq_len;
-      if (!given(app, "--precision")) plan.precision = st.precision;
-      if (!given(app, "--microbatch-size") && st.microbatch_size > 0) {
-        plan.shape.microbatch_size = st.microbatch_size;
-      }
-      if (!given(app, "--microbatches") && st.microbatches > 0) plan.shape.microbatches = st.microbatches;
-      if (given(app, "--lr") && f.lr != st.lr.peak) {
-        const double min_lr = st.lr.peak * st.lr.min_ratio;
-        st.lr.peak = f.lr;
-        st.lr.min_ratio = std::min(1.0, min_lr / f.lr);
-        note("--lr");
-      }
-      if (given(app, "--min-lr")) {
-        st.lr.min_ratio = f.min_lr / st.lr.peak;
-        note("--min-lr");
-      }
-      if (given(app, "--warmup") && f.warmup != st.lr.warmup) {
-        st.lr.warmup = f.warmup;
-        note("--warmup");
-      }
-      if (given(app, "--steps") && f.steps != st.lr.total) {
-        st.lr.total = f.steps;
-        note("--steps");
-      }
-      if (given(app, "--weight-decay") && f.weight_decay != st.adamw.weight_decay) {
-        st.adamw.weight_decay = f.weight_decay;
-        note("--weight-decay");
-      }
-      if (given(app, "--clip") && f.clip != st.clip) {
-        st.clip = f.clip;
-        note("--clip");
-      }
-      if (plan.shape.seq_len != st.seq_len) {
-        const int64_t next = st.next_sequence_for(plan.shape.seq_len);
-        plan.notes += fmt::format(
-            "note: --seq-len {} differs from the saved {}; the data position {} x {} tokens "
-            "becomes sequence {} of the new length\n",
-            plan.shape.seq_len, st.seq_len, st.next_sequence, st.seq_len, next);
-        st.next_sequence = next;
-        st.seq_len = plan.shape.seq_len;
-        note("--seq-len");
-      }
-      if (!changed.empty()) {
-        plan.notes += fmt::format(
-            "note: resuming with changed {}: the run continues, but not as the saved run would "
-            "have\n",
-            changed);
-      }
+      apply_resume_overrides(f, app, plan);
       HP_CHECK(st.step < st.lr.total,
                "--resume '{}': the saved run already did {} of its {} steps; raise --steps to train "
                "further",
