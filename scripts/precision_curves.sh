@@ -29,6 +29,6 @@ for p in fp32 bf16; do
     --steps="$steps" --lr=3e-3 --warmup="$warmup" --seed=1234 --threads="$threads" \
     --precision="$p" --log="$out/$p.jsonl"
 done
-tools/loss_curves.py --warmup="$warmup" --max-gap=0.02 --svg="$out/curves.svg" \
+tools/loss_curves.py --warmup="$warmup" --max-gap=0.02 --smooth=10 --svg="$out/curves.svg" \
   --title="small preset, S=256, 8 sequences/step: fp32 and bf16" \
   fp32="$out/fp32.jsonl" bf16="$out/bf16.jsonl"

@@ -7,7 +7,9 @@ largest relative gap to the first run at each step after a warm-up.
 Each input is LABEL=FILE, FILE a JSONL metrics log of `helixpipe train --log` (one object per
 step with "step" and "loss"). The first run is the reference: for every later run and every step
 after --warmup, gap = |loss - loss_ref| / loss_ref. Prints the largest gap of each run (and the
-step where it is), the mean gap, and PASS or FAIL against --max-gap; exit status 1 on FAIL."""
+step where it is), the mean gap, how many steps exceed --max-gap, and PASS or FAIL against
+--max-gap; exit status 1 on FAIL. With --smooth N it also prints the largest gap between the two
+runs' N-step running means (information only: the verdict is per step)."""
 import argparse
 import json
 import os
@@ -97,6 +99,8 @@ def main():
     ap.add_argument("runs", nargs="+", help="LABEL=metrics.jsonl (the first is the reference)")
     ap.add_argument("--warmup", type=int, default=0, help="steps not compared (default 0)")
     ap.add_argument("--max-gap", type=float, default=0.02, help="relative gap allowed (0.02 = 2%%)")
+    ap.add_argument("--smooth", type=int, default=0,
+                    help="also report the gap of N-step running means (default 0: off)")
     ap.add_argument("--svg", help="write the curves here")
     ap.add_argument("--title", default="loss per step")
     a = ap.parse_args()
@@ -119,10 +123,17 @@ def main():
         mean = sum(g for g, _ in gaps) / len(gaps)
         verdict = "PASS" if worst <= a.max_gap else "FAIL"
         ok &= worst <= a.max_gap
+        over = sum(1 for g, _ in gaps if g > a.max_gap)
         print(f"{label} vs {ref_label}: {len(common)} steps after step {a.warmup}; largest gap "
               f"{100 * worst:.2f}% (step {at}: {r[at]:.4f} vs {ref[at]:.4f}), mean "
-              f"{100 * mean:.2f}%; final {r[common[-1]]:.4f} vs {ref[common[-1]]:.4f}; "
-              f"{verdict} (max {100 * a.max_gap:g}%)")
+              f"{100 * mean:.2f}%, {over} steps over {100 * a.max_gap:g}%; final "
+              f"{r[common[-1]]:.4f} vs {ref[common[-1]]:.4f}; {verdict}")
+        n = a.smooth
+        if n > 1 and len(common) >= n:
+            smooth = max(abs(sum(r[k] for k in common[i:i + n]) - sum(ref[k] for k in common[i:i + n]))
+                         / sum(ref[k] for k in common[i:i + n]) for i in range(len(common) - n + 1))
+            print(f"{label} vs {ref_label}: largest gap of {n}-step running means "
+                  f"{100 * smooth:.2f}%")
     if a.svg:
         with open(a.svg + ".tmp", "w") as f:
             f.write(svg(runs, a.title))

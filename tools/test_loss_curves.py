@@ -40,8 +40,9 @@ def main():
     assert text.count("<polyline") == 2 and ">bf16<" in text, text[:300]
     rc, out = run("--warmup", "5", f"fp32={a}", f"bf16={b}")
     assert rc == 1 and "largest gap 10.00%" in out and "FAIL" in out, out
-    rc, out = run("--warmup", "10", f"fp32={a}", f"late={c}")
+    rc, out = run("--warmup", "10", "--smooth", "3", f"fp32={a}", f"late={c}")
     assert rc == 1 and "(step 61:" in out and "largest gap 3.00%" in out, out
+    assert "1 steps over 2%" in out and "3-step running means 1.00%" in out, out
     rc, out = run(f"fp32={a}", "nolabel")
     assert rc != 0 and "LABEL=FILE" in out, out
     print("loss_curves.py: ok")
