@@ -15,15 +15,7 @@ mkdir -p "$out"
 
 # 1. Text -> token file (bytes are tokens).
 text=$out/corpus.txt
-if [ ! -s "$text" ]; then
-  if compgen -G "/usr/share/vim/vim90/doc/usr_*.txt" >/dev/null; then
-    cat /usr/share/vim/vim90/doc/usr_*.txt >"$text.tmp"
-  else
-    scripts/install_deps.sh bible-kjv
-    bible -f "gen1:1-rev22:21" >"$text.tmp"
-  fi
-  mv "$text.tmp" "$text"
-fi
+scripts/corpus.sh "$text"
 "$bin" tokenize --input="$text" --out="$out/corpus.tok"
 
 # 2. Train on 2 ranks with HelixPipe. One rank per core, one compute thread each.

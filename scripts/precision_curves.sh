@@ -14,15 +14,7 @@ threads=${HP_CURVES_THREADS:-2}
 warmup=30
 mkdir -p "$out"
 text=$out/corpus.txt
-if [ ! -s "$text" ]; then
-  if compgen -G "/usr/share/vim/vim90/doc/usr_*.txt" >/dev/null; then
-    cat /usr/share/vim/vim90/doc/usr_*.txt >"$text.tmp"
-  else
-    scripts/install_deps.sh bible-kjv
-    bible -f "gen1:1-rev22:21" >"$text.tmp"
-  fi
-  mv "$text.tmp" "$text"
-fi
+scripts/corpus.sh "$text"
 for p in fp32 bf16; do
   rm -f "$out/$p.jsonl"
   "$bin" train --model=small --data="$text" --seq-len=256 --microbatch-size=1 --microbatches=8 \
