@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "kernels/cpu_kernels.h"
+#include "runtime/progress.h"
 #include "sim/device.h"
 #include "util/error.h"
 
@@ -75,6 +76,13 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
   app.add_option("--save-every", f.save_every, "also save every N steps (needs --save)");
   app.add_option("--log", f.log, "JSONL metrics file, one line per step (appended on --resume)");
   app.add_option("--loss-svg", f.loss_svg, "write the loss curve as an SVG file at the end");
+  app.add_option("--progress", f.progress,
+                 "auto (a line rewritten in place on an interactive terminal of one process; "
+                 "plain lines under mpirun, in files, with CI set or TERM=dumb), tty or lines")
+      ->check(CLI::IsMember({"auto", "tty", "lines"}));
+  app.add_option("--log-interval", f.log_interval,
+                 "plain progress lines every N steps (e.g. 20) or every N seconds (e.g. 30s); "
+                 "default: about every 5% of the run");
   app.add_option("--peak-gflops", f.peak_gflops,
                  "peak GFLOP/s of the machine; when given, the progress line shows MFU");
 }
@@ -183,6 +191,8 @@ TrainPlan resolve_train_flags(const TrainFlags& f, const CLI::App& app) {
   HP_CHECK(f.save_every == 0 || !f.save.empty(), "--save-every needs --save DIR");
   HP_CHECK(f.stop_after >= 0, "--stop-after must be >= 0, got {}", f.stop_after);
   HP_CHECK(f.peak_gflops >= 0, "--peak-gflops must be >= 0, got {}", f.peak_gflops);
+  if (!f.log_interval.empty()) parse_log_interval(f.log_interval);
+  parse_progress_mode(f.progress);
   HP_CHECK(std::isfinite(f.weight_decay) && f.weight_decay >= 0,
            "--weight-decay must be >= 0, got {}", f.weight_decay);
   HP_CHECK(std::isfinite(f.clip) && f.clip >= 0, "--clip must be >= 0 (0: no clipping), got {}",

@@ -49,6 +49,8 @@ struct TrainFlags {
   int64_t save_every = 0;   // 0: save only at the end
   std::string log;          // JSONL metrics
   std::string loss_svg;
+  std::string progress = "auto";  // --progress: auto, tty or lines
+  std::string log_interval;       // --log-interval: N steps or Ns seconds ("": about 5% of the run)
   double peak_gflops = 0;   // > 0: report MFU against this peak
 };
 

@@ -1,8 +1,6 @@
 // The training loop's output, shared by `train` in one process (cli/cmd_train.cc) and under mpirun
 // (cli/train_dist.cc): header, progress line, JSONL metrics, loss curve and summary.
 #include <fmt/format.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 
@@ -44,8 +42,11 @@ void run_training(TrainEngine& engine, const TrainFlags& f, const TrainPlan& pla
 
   MetricsLog log;
   if (launch.root && !f.log.empty()) log.open(f.log, plan.resumed);
-  ProgressLine progress(stdout, launch.root && ::isatty(::fileno(stdout)) != 0, total,
-                        std::max<int64_t>(1, (end - first_step) / 20));
+  LogInterval every{std::max<int64_t>(1, (end - first_step) / 20), 0};
+  if (!f.log_interval.empty()) every = parse_log_interval(f.log_interval);
+  ProgressLine progress(
+      stdout, launch.root && progress_in_place(parse_progress_mode(f.progress), launch.ranks == 1),
+      total, every);
   const Timer wall;
   double compute_seconds = 0;
   auto on_step = [&](const StepRecord& r) {

@@ -2,12 +2,15 @@
 #include "runtime/progress.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/timer.h"
 
 namespace hp {
 
@@ -26,8 +29,55 @@ std::string format_count(double v) {
   return fmt::format("{:.0f}", v);
 }
 
+ProgressMode parse_progress_mode(const std::string& text) {
+  if (text == "auto") return ProgressMode::kAuto;
+  if (text == "tty") return ProgressMode::kTty;
+  if (text == "lines") return ProgressMode::kLines;
+  fail("--progress={} is not auto, tty or lines", text);
+}
+
+bool progress_in_place(ProgressMode mode, bool single_process) {
+  if (mode != ProgressMode::kAuto) return mode == ProgressMode::kTty;
+  const char* ci = std::getenv("CI");
+  const char* term = std::getenv("TERM");
+  return single_process && ::isatty(::fileno(stdout)) != 0 && !(ci && *ci) &&
+         !(term && std::string(term) == "dumb");
+}
+
+LogInterval parse_log_interval(const std::string& text) {
+  LogInterval li;
+  const bool secs = !text.empty() && text.back() == 's';
+  const std::string num = secs ? text.substr(0, text.size() - 1) : text;
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(num, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const bool whole = used == num.size() && !num.empty();
+  HP_CHECK(whole && std::isfinite(v) && v > 0 && (secs || v == std::floor(v)) && v <= 1e9,
+           "--log-interval={} should be a number of steps (e.g. 20) or of seconds (e.g. 30s), "
+           "greater than 0",
+           text);
+  if (secs) {
+    li.seconds = v;
+  } else {
+    li.steps = static_cast<int64_t>(v);
+  }
+  return li;
+}
+
 ProgressLine::ProgressLine(std::FILE* out, bool tty, int64_t total_steps, int64_t every)
     : out_(out), tty_(tty), total_(total_steps), every_(std::max<int64_t>(1, every)) {}
+
+ProgressLine::ProgressLine(std::FILE* out, bool tty, int64_t total_steps, LogInterval interval)
+    : out_(out),
+      tty_(tty),
+      total_(total_steps),
+      every_(interval.steps > 0 ? interval.steps : 0),
+      every_s_(interval.seconds),
+      last_s_(now_seconds()) {}
 
 void ProgressLine::update(const StepRecord& r, double eta, const std::string& extra) {
   std::string line = fmt::format("step {:>{}}/{}  loss {:.4f}  lr {:.2e}  |g| {:.3f}  {} tok/s  ETA {}",
@@ -37,8 +87,13 @@ void ProgressLine::update(const StepRecord& r, double eta, const std::string& ex
   if (tty_) {
     std::fprintf(out_, "\r\033[K%s", line.c_str());
     open_line_ = true;
-  } else if (r.step % every_ == 0 || r.step == total_ || r.step == 1) {
-    std::fprintf(out_, "%s\n", line.c_str());
+  } else {
+    const double now = every_s_ > 0 ? now_seconds() : 0;
+    const bool due = every_ > 0 ? r.step % every_ == 0 : now - last_s_ >= every_s_;
+    if (due || r.step == total_ || r.step == 1) {
+      std::fprintf(out_, "%s\n", line.c_str());
+      last_s_ = now;
+    }
   }
   std::fflush(out_);
 }

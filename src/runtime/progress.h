@@ -18,10 +18,28 @@ std::string format_duration(double seconds);
 // "12.3k", "1.25M".
 std::string format_count(double v);
 
+// How progress is written: rewritten in place (tty) or as plain lines (lines); auto picks tty
+// only when stdout is an interactive terminal of a single process and neither CI is set nor
+// TERM=dumb (a CI log or a file under mpirun gets plain lines).
+enum class ProgressMode { kAuto, kTty, kLines };
+ProgressMode parse_progress_mode(const std::string& text);  // auto | tty | lines; hp::Error else
+bool progress_in_place(ProgressMode mode, bool single_process);
+
+// A --log-interval: every N steps ("20") or every N seconds ("30s"); hp::Error naming the flag
+// for anything else (zero, negative, another unit).
+struct LogInterval {
+  int64_t steps = 0;     // > 0: every this many steps
+  double seconds = 0;    // > 0: at least this many seconds apart
+};
+LogInterval parse_log_interval(const std::string& text);
+
 class ProgressLine {
  public:
-  // tty: rewrite one line with \r; otherwise print a line every `every` steps (and the last).
+  // tty: rewrite one line with \r; otherwise print a line every `every` steps (and the first and
+  // the last).
   ProgressLine(std::FILE* out, bool tty, int64_t total_steps, int64_t every = 10);
+  // Plain lines at `interval` (steps, or seconds of wall time since the last line).
+  ProgressLine(std::FILE* out, bool tty, int64_t total_steps, LogInterval interval);
   // Reports a finished step; `extra` is appended (e.g. "bubble 12%" from the pipelined runtime).
   void update(const StepRecord& r, double eta_seconds, const std::string& extra = "");
   void finish();  // ends the in-place line
@@ -31,6 +49,8 @@ class ProgressLine {
   bool tty_;
   int64_t total_;
   int64_t every_;
+  double every_s_ = 0;
+  double last_s_ = 0;
   bool open_line_ = false;
 };
 

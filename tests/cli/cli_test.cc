@@ -448,6 +448,22 @@ TEST_F(CliTest, PrecisionFlagReachesTheModel) {
   EXPECT_FALSE(fs::exists(path("x.safetensors")));
 }
 
+// --progress and --log-interval: plain lines at the interval (the popen'ed stdout is no terminal,
+// so auto gives lines too), or a line rewritten in place when asked for.
+TEST_F(CliTest, ProgressLinesOrInPlace) {
+  const std::string run = "train --model=tiny --data=" + path("text.txt") +
+                          " --seq-len=16 --steps=6 --threads=1 ";
+  const CmdResult lines = helixpipe(run + "--log-interval=2");
+  ASSERT_EQ(lines.rc, 0) << lines.out;
+  EXPECT_EQ(lines.out.find('\r'), std::string::npos) << lines.out;
+  for (const char* s : {"step 1/6", "step 2/6", "step 4/6", "step 6/6"})
+    EXPECT_NE(lines.out.find(s), std::string::npos) << s << "\n" << lines.out;
+  EXPECT_EQ(lines.out.find("step 3/6"), std::string::npos) << lines.out;
+  const CmdResult tty = helixpipe(run + "--progress=tty");
+  ASSERT_EQ(tty.rc, 0) << tty.out;
+  EXPECT_NE(tty.out.find("\r\033[K"), std::string::npos) << tty.out;
+}
+
 TEST_F(CliTest, TokenizeThenTrainReadsTheSameTokens) {
   const CmdResult t = helixpipe("tokenize --input=" + path("text.txt") + " --out=" + path("t.tok"));
   ASSERT_EQ(t.rc, 0) << t.out;
@@ -490,6 +506,8 @@ TEST_F(CliTest, BadInputsFailWithClearMessages) {
       {"train --model=tiny --recompute=some" + data, "some"},
       {"train --model=tiny --lr=-1" + data, "--lr must be a positive number"},
       {"train --model=tiny --precision=fp16" + data, "--precision"},
+      {"train --model=tiny --log-interval=0" + data, "--log-interval=0 should be"},
+      {"train --model=tiny --progress=fancy" + data, "--progress"},
       {"train --model=tiny --save-every=5" + data, "--save-every needs --save"},
       {"train --model=tiny --bogus=1" + data, "bogus"},
       {"train --resume=" + path("m") + data, "start from its weights with --checkpoint"},

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <vector>
 
@@ -203,6 +205,52 @@ TEST(Progress, FormatsAndSvg) {
   EXPECT_NE(svg.find("a &lt;b&gt; &amp; c"), std::string::npos);
   EXPECT_EQ(std::count(svg.begin(), svg.end(), ','), 2 * 30 + 0);  // one x,y pair per step per line
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
+// What ProgressLine writes for `steps` steps in a mode, as text.
+std::string progress_text(bool tty, int64_t total, LogInterval every) {
+  std::FILE* f = std::tmpfile();
+  {
+    ProgressLine p(f, tty, total, every);
+    for (int64_t s = 1; s <= total; ++s) p.update({s, 2.0, 1e-3, 1, 0.1, 100}, 1.0);
+    p.finish();
+  }
+  std::rewind(f);
+  std::string out;
+  for (int c; (c = std::fgetc(f)) != EOF;) out += static_cast<char>(c);
+  std::fclose(f);
+  return out;
+}
+
+TEST(Progress, LinesAtTheIntervalAndInPlaceOnATerminal) {
+  const std::string lines = progress_text(false, 7, LogInterval{3, 0});
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 4) << lines;  // steps 1, 3, 6, 7
+  for (const char* s : {"step 1/7", "step 3/7", "step 6/7", "step 7/7"})
+    EXPECT_NE(lines.find(s), std::string::npos) << s;
+  EXPECT_EQ(lines.find('\r'), std::string::npos);
+  const std::string tty = progress_text(true, 7, LogInterval{3, 0});
+  EXPECT_EQ(std::count(tty.begin(), tty.end(), '\r'), 7);
+  EXPECT_EQ(std::count(tty.begin(), tty.end(), '\n'), 1);  // finish() ends the line
+  // A long interval in seconds: only the first and the last step.
+  const std::string secs = progress_text(false, 5, LogInterval{0, 3600});
+  EXPECT_EQ(std::count(secs.begin(), secs.end(), '\n'), 2) << secs;
+}
+
+TEST(Progress, ParsesModesAndIntervals) {
+  EXPECT_EQ(parse_log_interval("20").steps, 20);
+  EXPECT_EQ(parse_log_interval("30s").seconds, 30.0);
+  EXPECT_EQ(parse_log_interval("0.5s").seconds, 0.5);
+  for (const char* bad : {"0", "-3", "2.5", "s", "", "10m", "1e99", "nan", "3 s"})
+    EXPECT_THROW(parse_log_interval(bad), Error) << bad;
+  EXPECT_EQ(parse_progress_mode("lines"), ProgressMode::kLines);
+  EXPECT_THROW(parse_progress_mode("fancy"), Error);
+  EXPECT_TRUE(progress_in_place(ProgressMode::kTty, false));
+  EXPECT_FALSE(progress_in_place(ProgressMode::kLines, true));
+  // auto: never in place for several processes, nor with CI set.
+  EXPECT_FALSE(progress_in_place(ProgressMode::kAuto, false));
+  ::setenv("CI", "1", 1);
+  EXPECT_FALSE(progress_in_place(ProgressMode::kAuto, true));
+  ::unsetenv("CI");
 }
 
 }  // namespace
