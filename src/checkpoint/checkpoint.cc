@@ -16,6 +16,7 @@
 #include "checkpoint/crc32.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_text.h"
 #include "util/mapped_file.h"
 
 namespace hp {
@@ -35,6 +36,7 @@ std::string hex32(uint32_t v) { return fmt::format("{:08x}", v); }
 
 nlohmann::json parse_json_file(const fs::path& path, const char* what) {
   std::string text = read_file(path.string());
+  check_no_nul(text, fmt::format("{} '{}'", what, path.string()));
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
@@ -210,19 +212,22 @@ CheckpointInfo open_checkpoint(const std::string& dir_arg) {
   info.has_marker = fs::exists(dir / kMarkerFile);
   if (info.has_marker) {
     nlohmann::json marker = parse_json_file(dir / kMarkerFile, "checkpoint marker");
-    HP_CHECK(marker.is_object() && marker.value("format", "") == "helixpipe-checkpoint" &&
+    HP_CHECK(marker.is_object() && marker.contains("format") &&
+                 marker["format"] == "helixpipe-checkpoint" &&
                  marker.contains("version") && marker["version"].is_number_integer() &&
                  marker.contains("files") && marker["files"].is_object(),
              "checkpoint marker '{}' is malformed; the checkpoint is corrupt",
              (dir / kMarkerFile).string());
-    const int version = marker["version"].get<int>();
+    const int64_t version = marker["version"].get<int64_t>();
     HP_CHECK(version == kCheckpointVersion,
              "checkpoint '{}' has format version {}; this helixpipe reads version {}", dir_arg,
              version, kCheckpointVersion);
     for (auto it = marker["files"].begin(); it != marker["files"].end(); ++it) {
       const fs::path f = dir / it.key();
-      HP_CHECK(it.key().find('/') == std::string::npos && it.value().is_object() &&
-                   it.value().contains("bytes") && it.value().contains("crc32"),
+      HP_CHECK(it.key().find('/') == std::string::npos && it.key() != "." && it.key() != ".." &&
+                   it.key() != kMarkerFile && it.value().is_object() &&
+                   it.value().contains("bytes") && it.value()["bytes"].is_number_unsigned() &&
+                   it.value().contains("crc32") && it.value()["crc32"].is_string(),
                "checkpoint marker '{}' has a malformed entry '{}'", (dir / kMarkerFile).string(),
                it.key());
       HP_CHECK(fs::exists(f), "checkpoint '{}' is incomplete: '{}' is missing", dir_arg, it.key());
@@ -240,6 +245,14 @@ CheckpointInfo open_checkpoint(const std::string& dir_arg) {
     for (const char* required : {kConfigFile, kModelFile}) {
       HP_CHECK(marker["files"].contains(required),
                "checkpoint marker '{}' does not list '{}'", (dir / kMarkerFile).string(), required);
+    }
+    // The marker is the list of what the save wrote: a training file it does not list was not
+    // verified, so it is refused rather than loaded unchecked.
+    for (const char* optional : {kOptimizerFile, kTrainerStateFile}) {
+      HP_CHECK(marker["files"].contains(optional) || !fs::exists(dir / optional),
+               "checkpoint '{}' has '{}' but its marker '{}' does not list it, so it cannot be "
+               "verified; remove the file, or use an earlier checkpoint",
+               dir_arg, optional, kMarkerFile);
     }
   } else {
     for (const char* training : {kTrainerStateFile, kOptimizerFile}) {

@@ -326,6 +326,58 @@ TEST_F(CheckpointCorruption, GarbledMarker) {
   expect_open_fails("format version 99");
 }
 
+TEST_F(CheckpointCorruption, MarkerListIsAuthoritative) {
+  // A marker that omits optimizer.safetensors (or trainer_state.json) while the file is there:
+  // the file would have been loaded without its size or CRC being checked.
+  const std::string original = read_file((dir_ / kMarkerFile).string());
+  for (const char* omitted : {kOptimizerFile, kTrainerStateFile}) {
+    nlohmann::json marker = nlohmann::json::parse(original);
+    ASSERT_TRUE(marker["files"].contains(omitted));
+    marker["files"].erase(omitted);
+    write_raw(dir_ / kMarkerFile, marker.dump());
+    expect_open_fails(std::string("has '") + omitted + "' but its marker");
+  }
+  // Without the file, such a marker is a checkpoint without training state.
+  nlohmann::json marker = nlohmann::json::parse(original);
+  marker["files"].erase(kOptimizerFile);
+  marker["files"].erase(kTrainerStateFile);
+  write_raw(dir_ / kMarkerFile, marker.dump());
+  fs::remove(dir_ / kOptimizerFile);
+  fs::remove(dir_ / kTrainerStateFile);
+  const CheckpointInfo info = open_checkpoint(dir_.string());
+  EXPECT_FALSE(info.optimizer_path.has_value());
+  EXPECT_FALSE(info.trainer_state.has_value());
+}
+
+TEST_F(CheckpointCorruption, MarkerEntriesOfTheWrongTypeAreMalformedNotACrash) {
+  const std::string original = read_file((dir_ / kMarkerFile).string());
+  for (const char* field : {"bytes", "crc32"}) {
+    nlohmann::json marker = nlohmann::json::parse(original);
+    marker["files"][kModelFile][field] = nlohmann::json::array();
+    write_raw(dir_ / kMarkerFile, marker.dump());
+    expect_open_fails("has a malformed entry 'model.safetensors'");
+  }
+  nlohmann::json marker = nlohmann::json::parse(original);
+  marker["files"][kModelFile]["bytes"] = -5;
+  write_raw(dir_ / kMarkerFile, marker.dump());
+  expect_open_fails("has a malformed entry 'model.safetensors'");
+  marker = nlohmann::json::parse(original);
+  marker["format"] = 7;  // used to escape as a json type_error ("internal error")
+  write_raw(dir_ / kMarkerFile, marker.dump());
+  expect_open_fails("is malformed");
+  marker = nlohmann::json::parse(original);
+  marker["version"] = int64_t{1} << 32;  // was read as an int: 2^32 became 0
+  write_raw(dir_ / kMarkerFile, marker.dump());
+  expect_open_fails("format version 4294967296");
+}
+
+TEST_F(CheckpointCorruption, BytesAfterANulAreRefused) {
+  // nlohmann's parser stops at a NUL, so the text after it used to be ignored.
+  std::string marker = read_file((dir_ / kMarkerFile).string());
+  write_raw(dir_ / kMarkerFile, marker + std::string(1, '\0') + "garbage");
+  expect_open_fails("NUL byte at offset " + std::to_string(marker.size()));
+}
+
 TEST(Checkpoint, PlainHuggingFaceFolder) {
   fs::path dir = temp_dir() / "ck_hf";
   fs::remove_all(dir);
