@@ -2,6 +2,7 @@
 #include "checkpoint/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -10,10 +11,12 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 
 #include "checkpoint/crc32.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_text.h"
 #include "util/mapped_file.h"
 
 namespace hp {
@@ -33,6 +36,7 @@ std::string hex32(uint32_t v) { return fmt::format("{:08x}", v); }
 
 nlohmann::json parse_json_file(const fs::path& path, const char* what) {
   std::string text = read_file(path.string());
+  check_no_nul(text, fmt::format("{} '{}'", what, path.string()));
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
@@ -52,7 +56,80 @@ std::string unique_suffix() {
   return fmt::format("{}-{}-{:x}", ::getpid(), counter++, static_cast<uint64_t>(t) & 0xffffff);
 }
 
+bool all_digits(std::string_view s, bool hex) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    const bool ok = (c >= '0' && c <= '9') || (hex && ((c >= 'a' && c <= 'f')));
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// `name` is "<base>.tmp-<pid>-<counter>-<hex>" as unique_suffix() makes it; returns the pid, or
+// -1 when the name does not have exactly that form.
+long tmp_folder_pid(const std::string& name, const std::string& base) {
+  const std::string prefix = base + ".tmp-";
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return -1;
+  const std::string_view rest = std::string_view(name).substr(prefix.size());
+  const size_t a = rest.find('-');
+  if (a == std::string_view::npos) return -1;
+  const size_t b = rest.find('-', a + 1);
+  if (b == std::string_view::npos) return -1;
+  const std::string_view pid = rest.substr(0, a), counter = rest.substr(a + 1, b - a - 1),
+                         stamp = rest.substr(b + 1);
+  if (!all_digits(pid, false) || pid.size() > 9 || !all_digits(counter, false) ||
+      !all_digits(stamp, true) || stamp.size() > 6)
+    return -1;
+  return std::stol(std::string(pid));
+}
+
+// True when every entry of `dir` is a plain file a save writes: a checkpoint file or the hidden
+// temporary file write_file_atomic makes beside one (".<name>.tmp.<pid>").
+bool holds_only_checkpoint_files(const fs::path& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_regular_file(ec) || it->is_symlink(ec)) return false;
+    const std::string n = it->path().filename().string();
+    bool known = false;
+    for (const char* f :
+         {kConfigFile, kModelFile, kOptimizerFile, kTrainerStateFile, kMarkerFile}) {
+      const std::string hidden = std::string(".") + f + ".tmp.";
+      known = known || n == f ||
+              (n.compare(0, hidden.size(), hidden) == 0 &&
+               all_digits(std::string_view(n).substr(hidden.size()), false));
+    }
+    if (!known) return false;
+  }
+  return !ec;
+}
+
 }  // namespace
+
+std::vector<std::string> remove_stale_temp_folders(const std::string& dir_arg) {
+  fs::path dir = fs::path(dir_arg).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  const std::string base = dir.filename().string();
+  std::vector<std::string> removed;
+  std::error_code ec;
+  std::vector<fs::path> candidates;
+  for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
+    const long pid = tmp_folder_pid(it->path().filename().string(), base);
+    if (pid <= 0) continue;
+    std::error_code sec;
+    if (!fs::is_directory(fs::symlink_status(it->path(), sec)) || sec) continue;
+    // A save still running (this process, or a live one on this machine) owns its folder.
+    if (pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    if (!holds_only_checkpoint_files(it->path())) continue;
+    candidates.push_back(it->path());
+  }
+  for (const fs::path& p : candidates) {
+    std::error_code rec;
+    fs::remove_all(p, rec);  // best effort: a folder we cannot remove does no harm
+    if (!rec) removed.push_back(p.string());
+  }
+  return removed;
+}
 
 void save_checkpoint(const std::string& dir_arg, const CheckpointContents& contents,
                      const std::function<void()>& before_marker) {
@@ -72,6 +149,8 @@ void save_checkpoint(const std::string& dir_arg, const CheckpointContents& conte
              "another --out/--save folder",
              dir.string(), kMarkerFile, kModelFile);
   }
+  // Folders left by saves that were killed part-way (nothing ever loads from them).
+  remove_stale_temp_folders(dir.string());
   const fs::path tmp = fs::path(dir.string() + ".tmp-" + unique_suffix());
   fs::create_directory(tmp, ec);
   HP_CHECK(!ec, "cannot create temporary checkpoint folder '{}': {}", tmp.string(), ec.message());
@@ -133,19 +212,22 @@ CheckpointInfo open_checkpoint(const std::string& dir_arg) {
   info.has_marker = fs::exists(dir / kMarkerFile);
   if (info.has_marker) {
     nlohmann::json marker = parse_json_file(dir / kMarkerFile, "checkpoint marker");
-    HP_CHECK(marker.is_object() && marker.value("format", "") == "helixpipe-checkpoint" &&
+    HP_CHECK(marker.is_object() && marker.contains("format") &&
+                 marker["format"] == "helixpipe-checkpoint" &&
                  marker.contains("version") && marker["version"].is_number_integer() &&
                  marker.contains("files") && marker["files"].is_object(),
              "checkpoint marker '{}' is malformed; the checkpoint is corrupt",
              (dir / kMarkerFile).string());
-    const int version = marker["version"].get<int>();
+    const int64_t version = marker["version"].get<int64_t>();
     HP_CHECK(version == kCheckpointVersion,
              "checkpoint '{}' has format version {}; this helixpipe reads version {}", dir_arg,
              version, kCheckpointVersion);
     for (auto it = marker["files"].begin(); it != marker["files"].end(); ++it) {
       const fs::path f = dir / it.key();
-      HP_CHECK(it.key().find('/') == std::string::npos && it.value().is_object() &&
-                   it.value().contains("bytes") && it.value().contains("crc32"),
+      HP_CHECK(it.key().find('/') == std::string::npos && it.key() != "." && it.key() != ".." &&
+                   it.key() != kMarkerFile && it.value().is_object() &&
+                   it.value().contains("bytes") && it.value()["bytes"].is_number_unsigned() &&
+                   it.value().contains("crc32") && it.value()["crc32"].is_string(),
                "checkpoint marker '{}' has a malformed entry '{}'", (dir / kMarkerFile).string(),
                it.key());
       HP_CHECK(fs::exists(f), "checkpoint '{}' is incomplete: '{}' is missing", dir_arg, it.key());
@@ -163,6 +245,14 @@ CheckpointInfo open_checkpoint(const std::string& dir_arg) {
     for (const char* required : {kConfigFile, kModelFile}) {
       HP_CHECK(marker["files"].contains(required),
                "checkpoint marker '{}' does not list '{}'", (dir / kMarkerFile).string(), required);
+    }
+    // The marker is the list of what the save wrote: a training file it does not list was not
+    // verified, so it is refused rather than loaded unchecked.
+    for (const char* optional : {kOptimizerFile, kTrainerStateFile}) {
+      HP_CHECK(marker["files"].contains(optional) || !fs::exists(dir / optional),
+               "checkpoint '{}' has '{}' but its marker '{}' does not list it, so it cannot be "
+               "verified; remove the file, or use an earlier checkpoint",
+               dir_arg, optional, kMarkerFile);
     }
   } else {
     for (const char* training : {kTrainerStateFile, kOptimizerFile}) {

@@ -36,6 +36,12 @@ struct CheckpointContents {
 void save_checkpoint(const std::string& dir, const CheckpointContents& contents,
                      const std::function<void()>& before_marker = {});
 
+// Removes the DIR.tmp-<pid>-<n>-<hex> folders that saves killed part-way left beside `dir`
+// (save_checkpoint calls it first). Only folders of exactly that name that hold only checkpoint
+// files and whose process is not running on this machine are removed; anything else is left
+// alone. Returns the removed paths.
+std::vector<std::string> remove_stale_temp_folders(const std::string& dir);
+
 struct CheckpointInfo {
   std::string dir;
   bool has_marker = false;

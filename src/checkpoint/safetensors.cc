@@ -11,6 +11,7 @@
 
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_text.h"
 
 namespace hp {
 
@@ -138,6 +139,8 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
            "safetensors '{}' is truncated or corrupt: header length {} but the file has {} bytes",
            path, n, size);
   HP_CHECK(n >= 2 && p[8] == '{', "safetensors '{}': the header is not a JSON object", path);
+  check_no_nul(std::string_view(reinterpret_cast<const char*>(p) + 8, n),
+               "safetensors '" + path + "' header");
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(p + 8, p + 8 + n);

@@ -13,6 +13,7 @@
 #include "sim/timeline.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_text.h"
 
 namespace hp::cli {
 
@@ -97,7 +98,7 @@ CostSetup build_cost(const CostFlags& f) {
     nlohmann::json j;
     std::string text = read_file(f.part_costs);
     try {
-      j = nlohmann::json::parse(text);
+      j = parse_json_text(text, "--part-costs '" + f.part_costs + "'");
     } catch (const nlohmann::json::exception& e) {
       fail("--part-costs '{}': not valid JSON ({})", f.part_costs, e.what());
     }

@@ -2,6 +2,7 @@
 #include "model/params.h"
 
 #include <algorithm>
+#include <new>
 
 #include "util/error.h"
 #include "util/rng.h"
@@ -41,8 +42,9 @@ const char* slot_name(Slot s) {
 }  // namespace
 
 std::vector<Part> Params::all_parts(const ModelConfig& cfg) {
+  cfg.validate();  // bounds layers, so the loop below is short and its int cannot overflow
   std::vector<Part> v{Part::embed()};
-  for (int l = 1; l <= cfg.layers; ++l) {
+  for (int l = 1; l <= static_cast<int>(cfg.layers); ++l) {
     v.push_back(Part::pre(l));
     v.push_back(Part::post(l));
   }
@@ -112,9 +114,20 @@ Params::Params(const ModelConfig& cfg, std::vector<Part> parts, Backend& be, Pre
     }
   }
   size_ = off;
-  data_ = Buffer(be, prec_.master, size_);
-  grad_ = Buffer(be, prec_.master, size_);
-  if (prec_.weight_copy()) copy_ = Buffer(be, prec_.compute, size_);
+  try {
+    data_ = Buffer(be, prec_.master, size_);
+    grad_ = Buffer(be, prec_.master, size_);
+    if (prec_.weight_copy()) copy_ = Buffer(be, prec_.compute, size_);
+  } catch (const std::bad_alloc&) {
+    const double gib = static_cast<double>(size_) *
+                       (2.0 * dtype_bytes(prec_.master) +
+                        (prec_.weight_copy() ? dtype_bytes(prec_.compute) : 0)) /
+                       (1 << 30);
+    fail("cannot allocate {:.1f} GiB for the weights and gradients of {} parameters ({} parts of "
+         "model '{}') on {}; use a smaller model, more pipeline stages, or a machine with more "
+         "memory",
+         gib, size_, parts_.size(), cfg_.name, be.name());
+  }
   if (size_ > 0) {
     be.zero(data_.data(), data_.bytes());
     be.zero(grad_.data(), grad_.bytes());

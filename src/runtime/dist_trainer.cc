@@ -24,6 +24,9 @@ DistTrainer::DistTrainer(Comm& world, Schedule sch, int data_parallel, const Mod
       state_(std::move(state)) {
   shape_.validate();
   state_.lr.validate();
+  state_.adamw.validate();
+  HP_CHECK(state_.clip >= 0 && state_.clip <= TrainState::kMaxClip,
+           "--clip must be in [0, {}] (0: no clipping), got {}", TrainState::kMaxClip, state_.clip);
   HP_CHECK(sch_.microbatches == shape_.microbatches,
            "the schedule has {} micro-batches but a replica's step has {}; make them agree",
            sch_.microbatches, shape_.microbatches);

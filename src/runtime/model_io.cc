@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <set>
 
 #include "util/error.h"
@@ -88,9 +89,19 @@ bool ignorable_extra(const std::string& name) {
 
 }  // namespace
 
-void load_model_safetensors(const std::string& path, const ModelConfig& c,
-                            const TensorLocator& locate) {
-  const SafetensorsReader file = SafetensorsReader::open(path);
+void check_finite_values(const float* v, int64_t n, const std::string& file,
+                         const std::string& tensor) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(v[i])) {
+      fail("'{}': tensor '{}' holds {} at element {}; the file is corrupt or was saved after "
+           "training diverged: use an earlier checkpoint",
+           file, tensor, v[i], i);
+    }
+  }
+}
+
+void check_model_safetensors(const SafetensorsReader& file, const ModelConfig& c) {
+  const std::string& path = file.path();
   const std::vector<HfTensorSpec> specs = hf_tensor_specs(c);
   std::set<std::string> expected;
   for (const HfTensorSpec& s : specs) expected.insert(s.name);
@@ -111,9 +122,28 @@ void load_model_safetensors(const std::string& path, const ModelConfig& c,
              "safetensors '{}' has no tensor '{}' (expected by config.json: layers {}, "
              "tie_word_embeddings {}); the checkpoint is incomplete or belongs to another config",
              path, s.name, c.layers, c.tie_embeddings);
+    HP_CHECK(t->shape == s.shape,
+             "safetensors '{}': tensor '{}' has shape {} but {} was expected from config.json "
+             "(hidden_size {}, intermediate_size {}, vocab_size {}, num_key_value_heads {}); is "
+             "config.json the one this file was saved with?",
+             path, s.name, shape_string(t->shape), shape_string(s.shape), c.hidden, c.intermediate,
+             c.vocab, c.kv_heads);
+  }
+}
+
+void check_model_safetensors(const std::string& path, const ModelConfig& c) {
+  check_model_safetensors(SafetensorsReader::open(path), c);
+}
+
+void load_model_safetensors(const std::string& path, const ModelConfig& c,
+                            const TensorLocator& locate) {
+  const SafetensorsReader file = SafetensorsReader::open(path);
+  check_model_safetensors(file, c);
+  for (const HfTensorSpec& s : hf_tensor_specs(c)) {
     float* dst = locate(s.name);
     if (dst == nullptr) continue;
     file.read_f32(s.name, s.shape, dst);  // checks shape and dtype
+    check_finite_values(dst, s.numel(), path, s.name);
   }
 }
 

@@ -2,6 +2,7 @@
 #include "runtime/optimizer.h"
 
 #include <cmath>
+#include <cstdint>
 #include <numbers>
 
 #include "util/error.h"
@@ -12,16 +13,50 @@ nlohmann::json AdamWConfig::to_json() const {
   return {{"beta1", beta1}, {"beta2", beta2}, {"eps", eps}, {"weight_decay", weight_decay}};
 }
 
+namespace {
+
+// A number field of a settings object: present, a number, and finite.
+double get_real(const nlohmann::json& j, const char* key, const std::string& where,
+                const char* object) {
+  HP_CHECK(j.is_object() && j.contains(key) && j[key].is_number(),
+           "{}: {}.{} is missing or not a number; the file is corrupt or was edited by hand", where,
+           object, key);
+  return j[key].get<double>();
+}
+
+// An integer field: present, an integer (1e3 or 2.5 are refused rather than truncated), and
+// within int64.
+int64_t get_integer(const nlohmann::json& j, const char* key, const std::string& where,
+                    const char* object) {
+  HP_CHECK(j.is_object() && j.contains(key) && j[key].is_number_integer() &&
+               (!j[key].is_number_unsigned() ||
+                j[key].get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)),
+           "{}: {}.{} must be an integer, got {}; the file is corrupt or was edited by hand", where,
+           object, key, j.is_object() && j.contains(key) ? j[key].dump() : "nothing");
+  return j[key].get<int64_t>();
+}
+
+}  // namespace
+
+void AdamWConfig::validate(const std::string& where) const {
+  const std::string w = where.empty() ? "AdamW" : where;
+  HP_CHECK(beta1 >= 0 && beta1 < 1, "{}: adamw.beta1 must be in [0, 1) (typically 0.9), got {}", w,
+           beta1);
+  HP_CHECK(beta2 >= 0 && beta2 < 1, "{}: adamw.beta2 must be in [0, 1) (typically 0.95), got {}", w,
+           beta2);
+  HP_CHECK(eps > 0 && eps <= 1, "{}: adamw.eps must be in (0, 1] (typically 1e-8), got {}", w, eps);
+  HP_CHECK(weight_decay >= 0 && weight_decay <= kMaxWeightDecay,
+           "{}: adamw.weight_decay must be in [0, {}] (as --weight-decay; typically 0.1), got {}",
+           w, kMaxWeightDecay, weight_decay);
+}
+
 AdamWConfig AdamWConfig::from_json(const nlohmann::json& j, const std::string& where) {
   AdamWConfig c;
-  try {
-    c.beta1 = j.at("beta1").get<double>();
-    c.beta2 = j.at("beta2").get<double>();
-    c.eps = j.at("eps").get<double>();
-    c.weight_decay = j.at("weight_decay").get<double>();
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: bad AdamW settings ({})", where, e.what());
-  }
+  c.beta1 = get_real(j, "beta1", where, "adamw");
+  c.beta2 = get_real(j, "beta2", where, "adamw");
+  c.eps = get_real(j, "eps", where, "adamw");
+  c.weight_decay = get_real(j, "weight_decay", where, "adamw");
+  c.validate(where);
   return c;
 }
 
@@ -34,11 +69,14 @@ double LrSchedule::at(int64_t step) const {
 }
 
 void LrSchedule::validate() const {
-  HP_CHECK(peak > 0 && std::isfinite(peak), "--lr must be a positive number, got {}", peak);
+  HP_CHECK(peak > 0 && peak <= kMaxPeak, "--lr must be a positive number at most {}, got {}",
+           kMaxPeak, peak);
   HP_CHECK(min_ratio >= 0 && min_ratio <= 1, "--min-lr-ratio must lie in [0, 1], got {}",
            min_ratio);
-  HP_CHECK(warmup >= 0, "--warmup must be >= 0, got {}", warmup);
-  HP_CHECK(total >= 1, "--steps must be >= 1, got {}", total);
+  HP_CHECK(warmup >= 0 && warmup <= kMaxSteps, "--warmup must be in [0, {}], got {}", kMaxSteps,
+           warmup);
+  HP_CHECK(total >= 1 && total <= kMaxSteps, "--steps must be in [1, {}], got {}", kMaxSteps,
+           total);
 }
 
 nlohmann::json LrSchedule::to_json() const {
@@ -47,14 +85,22 @@ nlohmann::json LrSchedule::to_json() const {
 
 LrSchedule LrSchedule::from_json(const nlohmann::json& j, const std::string& where) {
   LrSchedule s;
-  try {
-    s.peak = j.at("peak").get<double>();
-    s.min_ratio = j.at("min_ratio").get<double>();
-    s.warmup = j.at("warmup").get<int64_t>();
-    s.total = j.at("total").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: bad learning-rate schedule ({})", where, e.what());
-  }
+  s.peak = get_real(j, "peak", where, "lr_schedule");
+  s.min_ratio = get_real(j, "min_ratio", where, "lr_schedule");
+  s.warmup = get_integer(j, "warmup", where, "lr_schedule");
+  s.total = get_integer(j, "total", where, "lr_schedule");
+  // The same ranges as the flags (--lr, --min-lr, --warmup, --steps), named as in the file.
+  HP_CHECK(s.peak > 0 && s.peak <= kMaxPeak,
+           "{}: lr_schedule.peak must be in (0, {}] (as --lr), got {}", where, kMaxPeak, s.peak);
+  HP_CHECK(s.min_ratio >= 0 && s.min_ratio <= 1,
+           "{}: lr_schedule.min_ratio must be in [0, 1] (--min-lr / --lr), got {}", where,
+           s.min_ratio);
+  HP_CHECK(s.warmup >= 0 && s.warmup <= kMaxSteps,
+           "{}: lr_schedule.warmup must be in [0, {}] (as --warmup), got {}", where, kMaxSteps,
+           s.warmup);
+  HP_CHECK(s.total >= 1 && s.total <= kMaxSteps,
+           "{}: lr_schedule.total must be in [1, {}] (as --steps), got {}", where, kMaxSteps,
+           s.total);
   return s;
 }
 
@@ -129,6 +175,15 @@ void AdamW::load_state(const SafetensorsReader& file, std::span<const ParamRef> 
     host.resize(static_cast<size_t>(p.numel()));
     for (auto [b, prefix] : {std::pair{&mo.m, "exp_avg."}, {&mo.v, "exp_avg_sq."}}) {
       file.read_f32(prefix + p.name, p.shape, host.data());
+      // A NaN, an infinity or a negative second moment would turn every later update into NaN.
+      const bool second = b == &mo.v;
+      for (int64_t i = 0; i < p.numel(); ++i) {
+        const float x = host[static_cast<size_t>(i)];
+        HP_CHECK(std::isfinite(x) && !(second && x < 0),
+                 "'{}': tensor '{}{}' holds {} at element {}; the optimizer state is corrupt: "
+                 "use an earlier checkpoint, or start from the weights with --checkpoint",
+                 file.path(), prefix, p.name, x, i);
+      }
       if (p.numel() > 0) be_->upload(b->data(), host.data(), b->bytes());
     }
   }

@@ -19,24 +19,31 @@
 namespace hp {
 
 struct AdamWConfig {
+  static constexpr double kMaxWeightDecay = 10;  // lr * decay near 1 already wipes the weights
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;  // applied to matrices (rank >= 2) only, not to norm gains
+  // hp::Error naming the field (prefixed by `where`, the file) unless beta1, beta2 in [0, 1),
+  // eps in (0, 1], weight_decay in [0, kMaxWeightDecay] (NaN fails every range).
+  void validate(const std::string& where = "") const;
   nlohmann::json to_json() const;
-  static AdamWConfig from_json(const nlohmann::json& j, const std::string& where);
+  static AdamWConfig from_json(const nlohmann::json& j, const std::string& where);  // validated
 };
 
 // Linear warmup over `warmup` steps to `peak`, then cosine decay to peak * min_ratio at `total`.
 struct LrSchedule {
+  static constexpr double kMaxPeak = 10;                  // far above any AdamW learning rate
+  static constexpr int64_t kMaxSteps = int64_t{1} << 40;  // keeps step counts far from overflow
   double peak = 3e-3;
   double min_ratio = 0.1;
   int64_t warmup = 0;
   int64_t total = 1;
   // Learning rate of update number step+1 (step counts completed updates, from 0).
   double at(int64_t step) const;
-  void validate() const;  // hp::Error naming the bad field
+  void validate() const;  // hp::Error naming the bad field (as its flag)
   nlohmann::json to_json() const;
+  // Checks every field against validate()'s ranges; errors name `where` and the field.
   static LrSchedule from_json(const nlohmann::json& j, const std::string& where);
 };
 

@@ -26,6 +26,13 @@ struct StepRecord {
 };
 
 struct TrainState {
+  // Ranges from_json enforces (besides LrSchedule's and AdamWConfig's own).
+  static constexpr int64_t kMaxSteps = LrSchedule::kMaxSteps;
+  static constexpr int64_t kMaxSeqLen = int64_t{1} << 24;      // as max_position_embeddings
+  static constexpr int64_t kMaxMicrobatch = int64_t{1} << 20;  // B and M each
+  static constexpr int64_t kMaxTokens = int64_t{1} << 53;      // data position and tokens_seen
+  static constexpr double kMaxClip = 1e9;
+
   int64_t step = 0;           // updates completed
   int64_t next_sequence = 0;  // global index of the next sequence to read (docs/formats/data.md)
   int64_t seq_len = 0;        // the S that next_sequence counts in
@@ -40,7 +47,8 @@ struct TrainState {
   std::vector<StepRecord> history;
 
   nlohmann::json to_json() const;
-  // Throws hp::Error naming `where` on a missing or malformed field.
+  // Throws hp::Error naming `where` and the field on a missing, malformed or out-of-range field
+  // (the same ranges as the train flags).
   static TrainState from_json(const nlohmann::json& j, const std::string& where);
 
   // The data position re-expressed for another sequence length (rounded up to whole sequences,

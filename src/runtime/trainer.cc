@@ -30,7 +30,10 @@ std::vector<double> grad_square_partials(const Params& params) {
 }
 
 ModelConfig checkpoint_model_config(const CheckpointInfo& info) {
-  return model_config_from_hf(info.config, info.dir + "/" + kConfigFile);
+  const ModelConfig cfg = model_config_from_hf(info.config, info.dir + "/" + kConfigFile);
+  // The weights file must match before anyone allocates parameters for this config.
+  check_model_safetensors(info.model_path, cfg);
+  return cfg;
 }
 
 void load_checkpoint_params(const CheckpointInfo& info, Params& params) {
@@ -81,6 +84,18 @@ void StepShape::validate() const {
   HP_CHECK(seq_len >= 1, "--seq-len must be >= 1, got {}", seq_len);
   HP_CHECK(microbatch_size >= 1, "--microbatch-size must be >= 1, got {}", microbatch_size);
   HP_CHECK(microbatches >= 1, "--microbatches must be >= 1, got {}", microbatches);
+  HP_CHECK(seq_len <= TrainState::kMaxSeqLen, "--seq-len must be at most {}, got {}",
+           TrainState::kMaxSeqLen, seq_len);
+  HP_CHECK(microbatch_size <= TrainState::kMaxMicrobatch,
+           "--microbatch-size must be at most {}, got {}", TrainState::kMaxMicrobatch,
+           microbatch_size);
+  HP_CHECK(microbatches <= TrainState::kMaxMicrobatch, "--microbatches must be at most {}, got {}",
+           TrainState::kMaxMicrobatch, microbatches);
+  // B * M <= 2^40 here, so the division keeps the check itself from overflowing.
+  HP_CHECK(sequences() <= kMaxTokensPerStep / seq_len,
+           "a step of {} x {} sequences of {} tokens is more than {} tokens; lower "
+           "--microbatch-size, --microbatches or --seq-len",
+           microbatches, microbatch_size, seq_len, kMaxTokensPerStep);
 }
 
 void read_step_batch(const SequenceReader& reader, int64_t first, const StepShape& shape, bool wrap,
@@ -105,6 +120,9 @@ Trainer::Trainer(const ModelConfig& cfg, Params& params, ModelOptions model_opt,
       store_(params.backend(), params.precision()) {
   shape_.validate();
   state_.lr.validate();
+  state_.adamw.validate();
+  HP_CHECK(state_.clip >= 0 && state_.clip <= TrainState::kMaxClip,
+           "--clip must be in [0, {}] (0: no clipping), got {}", TrainState::kMaxClip, state_.clip);
   state_.seq_len = shape_.seq_len;
   state_.microbatch_size = shape_.microbatch_size;
   state_.microbatches = shape_.microbatches;

@@ -31,7 +31,8 @@ std::vector<ParamRef> param_refs(Params& params);
 // computed by the backend's kernels.
 std::vector<double> grad_square_partials(const Params& params);
 
-// config.json of an opened checkpoint as a ModelConfig (model_io rules).
+// config.json of an opened checkpoint as a ModelConfig (model_io rules), checked against the
+// tensor names and shapes in the header of its model.safetensors.
 ModelConfig checkpoint_model_config(const CheckpointInfo& info);
 
 // Loads the tensors `params` holds from the checkpoint's model.safetensors (the other tensors must
@@ -51,6 +52,7 @@ void save_training_checkpoint(const std::string& dir, Params& params, AdamW* opt
 
 // The shape of one training step.
 struct StepShape {
+  static constexpr int64_t kMaxTokensPerStep = int64_t{1} << 40;
   int64_t seq_len = 256;         // S
   int64_t microbatch_size = 1;   // B: sequences per micro-batch
   int64_t microbatches = 1;      // M: micro-batches accumulated per step

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 #include <optional>
 
 #include "schedule/generate.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_text.h"
 
 namespace hp {
 
@@ -74,16 +76,48 @@ Schedule assemble(Draft& d, const std::string& where) {
   HP_CHECK(found_stages <= s.num_stages,
            "{}: the header says {} stages but the file lists stage {}", where, s.num_stages,
            found_stages - 1);
-  int max_mb = -1, max_layer = 0;
+  HP_CHECK(found_stages == s.num_stages,
+           "{}: the header says {} stages but the file lists {} (stage 0..{}); list every stage "
+           "with a 'stage N' line, or fix the header",
+           where, s.num_stages, found_stages, found_stages - 1);
+  int max_mb = -1, max_layer = 0, max_fold = 0;
   for (const auto& st : d.ops)
     for (const auto& o : st) {
       max_mb = std::max(max_mb, o.op.mb);
+      max_fold = std::max(max_fold, o.op.fold);
       for (const Part& p : o.op.parts) max_layer = std::max(max_layer, p.layer);
     }
   s.microbatches = d.microbatches.value_or(std::max(1, max_mb + 1));
   s.layers = d.layers.value_or(std::max(1, max_layer));
-  s.folds = d.folds.value_or(1);
+  s.folds = d.folds.value_or(max_fold + 1);
   s.virtual_stages = d.virtual_stages.value_or(1);
+  for (const auto& st : d.ops)
+    for (const auto& o : st)
+      HP_CHECK(o.op.fold < s.folds,
+               "{}: the op has fold={} but the header says folds {} (folds are numbered 0..{}); "
+               "fix the op or the header",
+               o.where, o.op.fold, s.folds, s.folds - 1);
+  if (s.virtual_stages > 1) {
+    // Interleaving: each stage holds `virtual` chunks of layers and runs every micro-batch's
+    // forward as one op per chunk, so it needs that many layers and that many forward ops.
+    HP_CHECK(static_cast<int64_t>(s.num_stages) * s.virtual_stages <= s.layers,
+             "{}: the header says virtual {} over {} stages, which needs at least {} layers, but "
+             "the schedule has {}; fix the header",
+             where, s.virtual_stages, s.num_stages,
+             static_cast<int64_t>(s.num_stages) * s.virtual_stages, s.layers);
+    // (Micro-batches a stage never runs forward are left to validate(), which names them.)
+    for (int st = 0; st < found_stages; ++st) {
+      std::map<int, int> forwards;  // micro-batch -> forward ops on this stage
+      for (const auto& o : d.ops[st])
+        if (o.op.dir == Dir::kF) ++forwards[o.op.mb];
+      for (const auto& [mb, n] : forwards)
+        HP_CHECK(n >= s.virtual_stages,
+                 "{}: the header says virtual {} (every stage runs each micro-batch's forward as "
+                 "{} chunks), but stage {} runs micro-batch {}'s forward in {} op(s); fix the "
+                 "header (virtual 1?) or the ops",
+                 where, s.virtual_stages, s.virtual_stages, st, mb, n);
+    }
+  }
   s.recompute = d.recompute.value_or(default_recompute(s.name));
   s.transfer = d.transfer.value_or(TransferMode::kWeights);
   s.stages.resize(s.num_stages);
@@ -400,6 +434,7 @@ std::string lowered_to_text(const Schedule& s) {
 
 Schedule load_schedule(const std::string& path) {
   const std::string text = read_file(path);
+  check_no_nul(text, "schedule '" + path + "'");
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '{') {
     nlohmann::json j;

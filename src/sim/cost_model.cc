@@ -11,6 +11,18 @@ constexpr PartKind kKinds[] = {PartKind::kEmbed, PartKind::kPre, PartKind::kAttn
                                PartKind::kHead};
 constexpr const char* kDirKeys[] = {"F", "I", "W"};
 
+// A time in seconds: a number in [0, kMaxPartSeconds] (NaN fails both comparisons).
+double seconds(const nlohmann::json& j, const std::string& where) {
+  HP_CHECK(j.is_number(), "{}: expected a number of seconds, got {}", where, j.dump());
+  const double v = j.get<double>();
+  HP_CHECK(v >= 0 && v <= CostModel::kMaxPartSeconds,
+           "{}: expected a number >= 0 and at most {} seconds, got {}; fix the part-cost file "
+           "(are the units seconds?)",
+           where, CostModel::kMaxPartSeconds, j.dump());
+  return v;
+}
+
+// A number >= 0 (link figures; their own ranges are checked by LinkProfile::validate).
 double nonneg(const nlohmann::json& j, const std::string& where) {
   HP_CHECK(j.is_number() && j.get<double>() >= 0, "{}: expected a number >= 0, got {}", where,
            j.dump());
@@ -31,6 +43,7 @@ LinkProfile parse_link(const nlohmann::json& j, const std::string& where) {
            it.key());
     }
   }
+  l.validate(where);
   return l;
 }
 
@@ -122,7 +135,7 @@ CostModel CostModel::from_part_costs(const nlohmann::json& j, const std::string&
         HP_CHECK(slot >= 0,
                  "{}: '{}' has unknown key '{}' (known: F, I, W; a full backward B costs I + W)",
                  where, key, d.key());
-        c.time_[static_cast<int>(k)][slot] = nonneg(d.value(), where + "." + key + "." + d.key());
+        c.time_[static_cast<int>(k)][slot] = seconds(d.value(), where + "." + key + "." + d.key());
       }
     }
     if (is_part) continue;
@@ -133,11 +146,12 @@ CostModel CostModel::from_part_costs(const nlohmann::json& j, const std::string&
       c.inter_ = parse_link(it.value(), where + ".inter");
       have_inter = true;
     } else if (key == "stages_per_node") {
-      HP_CHECK(it->is_number_integer() && it->get<int>() >= 1,
-               "{}: stages_per_node must be an integer >= 1, got {}", where, it->dump());
+      HP_CHECK(it->is_number_integer() && it->get<int64_t>() >= 1 &&
+                   it->get<int64_t>() <= (int64_t{1} << 30),
+               "{}: stages_per_node must be an integer in [1, 2^30], got {}", where, it->dump());
       c.stages_per_node_ = it->get<int>();
     } else if (key == "attn_recompute_F") {
-      c.attn_recompute_f_ = nonneg(it.value(), where + ".attn_recompute_F");
+      c.attn_recompute_f_ = seconds(it.value(), where + ".attn_recompute_F");
     } else if (key == "version") {
       HP_CHECK(it.value() == 1, "{}: part-cost version {} is not supported (expected 1)", where,
                it->dump());

@@ -17,6 +17,10 @@ namespace hp {
 
 class CostModel {
  public:
+  // Largest per-part time a part-cost file may give (11.6 days per micro-batch): above it a
+  // makespan summed over parts, micro-batches and stages could leave the finite doubles.
+  static constexpr double kMaxPartSeconds = 1e6;
+
   CostModel() = default;
 
   // Part costs in the shape of docs/formats/sim.md:

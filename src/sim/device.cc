@@ -9,6 +9,7 @@
 #include "sim/device_profiles_embedded.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_text.h"
 
 namespace hp {
 
@@ -37,9 +38,7 @@ LinkProfile link_from_json(const nlohmann::json& j, const std::string& where) {
   LinkProfile l;
   l.latency_s = get_number(j, "latency_s", where, true, 0);
   l.bandwidth_Bps = get_number(j, "bandwidth_Bps", where, true, 0);
-  HP_CHECK(l.latency_s >= 0 && l.bandwidth_Bps >= 0,
-           "{}: latency_s and bandwidth_Bps must be >= 0 (bandwidth 0 means free), got {} and {}",
-           where, l.latency_s, l.bandwidth_Bps);
+  l.validate(where);
   return l;
 }
 
@@ -65,6 +64,15 @@ Registry& registry() {
 }
 
 }  // namespace
+
+void LinkProfile::validate(const std::string& where) const {
+  HP_CHECK(latency_s >= 0 && latency_s <= kMaxLatency,
+           "{}: latency_s must be in [0, {}] seconds, got {}; fix the file", where, kMaxLatency,
+           latency_s);
+  HP_CHECK(bandwidth_Bps == 0 || (bandwidth_Bps >= 1 && bandwidth_Bps <= kMaxBandwidth),
+           "{}: bandwidth_Bps must be 0 (free) or in [1, {}] bytes/s, got {}; fix the file", where,
+           kMaxBandwidth, bandwidth_Bps);
+}
 
 nlohmann::json DeviceProfile::to_json() const {
   return {{"version", 1},
@@ -111,9 +119,12 @@ DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::strin
   d.mem_bandwidth_Bps = get_number(j, "mem_bandwidth_Bps", where, true, 0);
   d.gemm_efficiency = get_number(j, "gemm_efficiency", where, false, 1);
   d.attn_efficiency = get_number(j, "attn_efficiency", where, false, 1);
-  HP_CHECK(d.peak_flops > 0 && d.mem_bandwidth_Bps > 0,
-           "{}: peak_flops and mem_bandwidth_Bps must be positive, got {} and {}", where,
-           d.peak_flops, d.mem_bandwidth_Bps);
+  HP_CHECK(d.peak_flops >= kMinFlops && d.peak_flops <= kMaxFlops,
+           "{}: peak_flops must be in [{}, {}] FLOP/s, got {}; fix the profile", where, kMinFlops,
+           kMaxFlops, d.peak_flops);
+  HP_CHECK(d.mem_bandwidth_Bps >= kMinMemBandwidth && d.mem_bandwidth_Bps <= kMaxMemBandwidth,
+           "{}: mem_bandwidth_Bps must be in [{}, {}] bytes/s, got {}; fix the profile", where,
+           kMinMemBandwidth, kMaxMemBandwidth, d.mem_bandwidth_Bps);
   HP_CHECK(d.gemm_efficiency > 0 && d.gemm_efficiency <= 1 && d.attn_efficiency > 0 &&
                d.attn_efficiency <= 1,
            "{}: gemm_efficiency and attn_efficiency are fractions of peak in (0, 1], got {} and {}",
@@ -122,12 +133,16 @@ DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::strin
   d.intra = link_from_json(j["intra"], where + " intra");
   d.inter = j.contains("inter") ? link_from_json(j["inter"], where + " inter") : d.intra;
   if (j.contains("gpus_per_node")) {
-    HP_CHECK(j["gpus_per_node"].is_number_integer() && j["gpus_per_node"].get<int>() >= 1,
-             "{}: 'gpus_per_node' must be an integer >= 1, got {}", where,
+    HP_CHECK(j["gpus_per_node"].is_number_integer() && j["gpus_per_node"].get<int64_t>() >= 1 &&
+                 j["gpus_per_node"].get<int64_t>() <= kMaxGpusPerNode,
+             "{}: 'gpus_per_node' must be an integer in [1, {}], got {}", where, kMaxGpusPerNode,
              j["gpus_per_node"].dump());
     d.gpus_per_node = j["gpus_per_node"].get<int>();
   }
   d.memory_bytes = get_number(j, "memory_bytes", where, false, 0);
+  HP_CHECK(d.memory_bytes >= 0 && d.memory_bytes <= kMaxMemoryBytes,
+           "{}: memory_bytes must be in [0, {}] (0: unknown), got {}; fix the profile", where,
+           kMaxMemoryBytes, d.memory_bytes);
   if (j.contains("source")) {
     HP_CHECK(j["source"].is_string(), "{}: 'source' must be a string", where);
     d.source = j["source"].get<std::string>();
@@ -147,7 +162,7 @@ const DeviceProfile& device_profile(std::string_view name) {
     if (auto it = reg.loaded.find(path); it != reg.loaded.end()) return *it->second;
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(read_file(path));
+      j = parse_json_text(read_file(path), path);
     } catch (const nlohmann::json::exception& e) {
       fail("{}: not valid JSON: {}", path, e.what());
     }

@@ -12,11 +12,22 @@
 namespace hp {
 
 struct LinkProfile {
+  static constexpr double kMaxLatency = 1e3;     // seconds: far above any real link
+  static constexpr double kMaxBandwidth = 1e18;  // bytes/s
   double latency_s = 0;      // per message, added once to its arrival
   double bandwidth_Bps = 0;  // bytes per second one way; 0 = no per-byte cost (free)
+  // hp::Error naming `where` unless latency_s is in [0, kMaxLatency] and bandwidth_Bps is 0 or in
+  // [1, kMaxBandwidth] (a tiny bandwidth would make every message take forever).
+  void validate(const std::string& where) const;
 };
 
 struct DeviceProfile {
+  // Ranges from_json enforces: wide enough for any real device, narrow enough that every time the
+  // cost model derives stays finite.
+  static constexpr double kMinFlops = 1e6, kMaxFlops = 1e21;
+  static constexpr double kMinMemBandwidth = 1e3, kMaxMemBandwidth = 1e17;
+  static constexpr double kMaxMemoryBytes = 1e18;
+  static constexpr int kMaxGpusPerNode = 1 << 20;
   std::string name;
   std::string dtype = "bf16";     // the dtype peak_flops is quoted for: "bf16" or "fp32"
   double peak_flops = 0;          // dense, per device (one device = one pipeline stage)

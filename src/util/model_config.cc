@@ -1,11 +1,15 @@
 // ModelConfig parsing, validation and presets.
 #include "util/model_config.h"
 
+#include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <tuple>
 #include <vector>
 
+#include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_text.h"
 
 namespace hp {
 
@@ -51,16 +55,22 @@ const std::vector<std::pair<std::string, ModelConfig>>& model_presets() {
 }
 
 void ModelConfig::validate() const {
-  auto positive = [](const char* field, int64_t v) {
+  // Each size within [1, max]: the maxima lie far above any real model and keep every product of
+  // sizes (parameter counts, offsets) well inside int64.
+  auto in_range = [](const char* field, int64_t v, int64_t max) {
     HP_CHECK(v > 0, "model config: {} must be positive, got {}", field, v);
+    HP_CHECK(v <= max,
+             "model config: {} = {} is larger than helixpipe supports (at most {}); fix the value "
+             "in the config",
+             field, v, max);
   };
-  positive("hidden_size", hidden);
-  positive("intermediate_size", intermediate);
-  positive("num_attention_heads", heads);
-  positive("num_key_value_heads", kv_heads);
-  positive("num_hidden_layers", layers);
-  positive("vocab_size", vocab);
-  positive("max_position_embeddings", max_positions);
+  in_range("hidden_size", hidden, kMaxHidden);
+  in_range("intermediate_size", intermediate, kMaxIntermediate);
+  in_range("num_attention_heads", heads, kMaxHidden);
+  in_range("num_key_value_heads", kv_heads, kMaxHidden);
+  in_range("num_hidden_layers", layers, kMaxLayers);
+  in_range("vocab_size", vocab, kMaxVocab);
+  in_range("max_position_embeddings", max_positions, kMaxPositions);
   HP_CHECK(hidden % heads == 0,
            "model config: hidden_size {} is not a multiple of num_attention_heads {}; pick sizes "
            "with hidden_size = heads * head_dim",
@@ -71,8 +81,17 @@ void ModelConfig::validate() const {
            heads, kv_heads);
   HP_CHECK(head_dim() % 2 == 0, "model config: head_dim {} must be even for rotary positions",
            head_dim());
-  HP_CHECK(rms_eps > 0, "model config: rms_norm_eps must be positive, got {}", rms_eps);
-  HP_CHECK(rope_theta > 0, "model config: rope_theta must be positive, got {}", rope_theta);
+  HP_CHECK(std::isfinite(rms_eps) && rms_eps > 0 && rms_eps <= 1,
+           "model config: rms_norm_eps must be in (0, 1] (typically 1e-5 or 1e-6), got {}",
+           rms_eps);
+  HP_CHECK(std::isfinite(rope_theta) && rope_theta > 0 && rope_theta <= 1e12,
+           "model config: rope_theta must be in (0, 1e12] (typically 10000 or 500000), got {}",
+           rope_theta);
+  // The sizes above bound this product below 2^61, so it is computed exactly.
+  HP_CHECK(params_total() <= kMaxParams,
+           "model config: {} parameters is more than helixpipe supports (at most {}); reduce "
+           "num_hidden_layers, hidden_size, intermediate_size or vocab_size",
+           params_total(), kMaxParams);
 }
 
 int64_t ModelConfig::params_per_layer() const {
@@ -105,9 +124,24 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
                     "rms_norm_eps, rope_theta, max_position_embeddings, tie_word_embeddings)",
              where, it.key());
   }
+  // A Hugging Face config.json (it names its architecture) must state the sizes: transformers'
+  // defaults describe a 7B model, and ours a small byte-level one, so neither may fill them in.
+  if (j.contains("model_type") || j.contains("architectures")) {
+    for (const char* key : {"hidden_size", "intermediate_size", "num_attention_heads",
+                            "num_hidden_layers", "vocab_size"}) {
+      HP_CHECK(j.contains(key),
+               "{}: '{}' is missing; a Hugging Face config.json must state the model's sizes (add "
+               "it, or write the config with 'helixpipe init')",
+               where, key);
+    }
+  }
   auto get_int = [&](const char* key, int64_t& out) {
     if (!j.contains(key)) return;
     HP_CHECK(j[key].is_number_integer(), "{}: '{}' must be an integer, got {}", where, key,
+             j[key].dump());
+    HP_CHECK(!j[key].is_number_unsigned() ||
+                 j[key].get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX),
+             "{}: '{}' = {} is far larger than any supported model; fix the value", where, key,
              j[key].dump());
     out = j[key].get<int64_t>();
   };
@@ -171,14 +205,14 @@ ModelConfig ModelConfig::load(const std::string& path_or_preset) {
     if (name == path_or_preset) return cfg;
   }
   std::ifstream in(path_or_preset);
-  if (!in) {
+  if (!in.is_open()) {
     std::string names;
     for (const auto& [name, cfg] : model_presets()) names += (names.empty() ? "" : ", ") + name;
     fail("model config '{}': no such file and no such preset (presets: {})", path_or_preset, names);
   }
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = parse_json_text(read_file(path_or_preset), "model config '" + path_or_preset + "'");
   } catch (const nlohmann::json::exception& e) {
     fail("model config '{}': not valid JSON ({})", path_or_preset, e.what());
   }

@@ -10,6 +10,15 @@
 namespace hp {
 
 struct ModelConfig {
+  // Largest sizes a config may have (validate() refuses more). Far above any real model; they
+  // keep every product of sizes inside int64 and parameter counts within reach of real memory.
+  static constexpr int64_t kMaxHidden = int64_t{1} << 20;        // hidden_size, heads, kv_heads
+  static constexpr int64_t kMaxIntermediate = int64_t{1} << 22;  // intermediate_size
+  static constexpr int64_t kMaxLayers = int64_t{1} << 16;        // as schedules (schedule/text_io)
+  static constexpr int64_t kMaxVocab = int64_t{1} << 24;         // vocab_size
+  static constexpr int64_t kMaxPositions = int64_t{1} << 24;     // max_position_embeddings
+  static constexpr int64_t kMaxParams = int64_t{1} << 40;        // 1.1e12 parameters
+
   std::string name = "custom";
   int64_t hidden = 256;         // h
   int64_t intermediate = 768;   // ffn, SwiGLU width

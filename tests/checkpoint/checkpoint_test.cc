@@ -228,6 +228,50 @@ TEST(Checkpoint, CrashBeforeMarkerKeepsOldCheckpoint) {
   EXPECT_EQ(model_value(dir), 5.f);
 }
 
+TEST(Checkpoint, NextSaveRemovesStaleTempFolders) {
+  const fs::path root = temp_dir() / "stale";
+  fs::remove_all(root);
+  fs::create_directories(root);
+  const std::string dir = (root / "ck").string();
+  std::vector<float> st;
+  save_checkpoint(dir, contents(1, st));
+  // What a save killed part-way leaves: a dead process's folder with some files, one of them a
+  // half-written temporary file. 4194304 is above Linux's largest pid, so no process has it.
+  const fs::path dead = root / "ck.tmp-4194305-0-1a2b3c";
+  fs::create_directories(dead);
+  write_raw(dead / kConfigFile, "{}");
+  write_raw(dead / ".model.safetensors.tmp.4194305", "half");
+  const fs::path dead_empty = root / "ck.tmp-4194306-3-f";
+  fs::create_directories(dead_empty);
+  // Look-alikes that are not ours, or not stale, must survive.
+  const std::vector<fs::path> keep = {
+      root / ("ck.tmp-" + std::to_string(::getpid()) + "-7-abc"),  // a save still running
+      root / "ck.tmp-4194305-0-xyz",                                // not hex
+      root / "ck.tmp-4194305-0",                                    // too few fields
+      root / "ck.tmp-foo",                                          // not our pattern
+      root / "ckx.tmp-4194305-0-1",                                 // another checkpoint's name
+      root / "other.tmp-4194305-0-1",
+      root / "ck.tmp-4194307-0-2",  // holds a file a save never writes
+  };
+  for (const auto& k : keep) fs::create_directories(k);
+  write_raw(keep.back() / "notes.txt", "mine");
+  write_raw(root / "ck.tmp-4194308-0-3", "a plain file with the pattern's name");
+  fs::create_directory_symlink(root / "ck.tmp-foo", root / "ck.tmp-4194309-0-4");
+
+  save_checkpoint(dir, contents(2, st));
+  EXPECT_EQ(model_value(dir), 2.f);
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_FALSE(fs::exists(dead_empty));
+  for (const auto& k : keep) EXPECT_TRUE(fs::exists(k)) << k;
+  EXPECT_TRUE(fs::exists(keep.back() / "notes.txt"));
+  EXPECT_TRUE(fs::is_regular_file(root / "ck.tmp-4194308-0-3"));
+  EXPECT_TRUE(fs::is_symlink(root / "ck.tmp-4194309-0-4"));
+  // Nothing left to remove the second time; the live folder still stays.
+  EXPECT_TRUE(remove_stale_temp_folders(dir).empty());
+  EXPECT_TRUE(fs::exists(keep.front()));
+  fs::remove_all(root);
+}
+
 TEST(Checkpoint, RefusesToReplaceForeignFolder) {
   fs::path dir = temp_dir() / "ck_foreign";
   fs::remove_all(dir);
@@ -280,6 +324,58 @@ TEST_F(CheckpointCorruption, GarbledMarker) {
   expect_open_fails("is not valid JSON");
   write_raw(dir_ / kMarkerFile, R"({"format":"helixpipe-checkpoint","version":99,"files":{}})");
   expect_open_fails("format version 99");
+}
+
+TEST_F(CheckpointCorruption, MarkerListIsAuthoritative) {
+  // A marker that omits optimizer.safetensors (or trainer_state.json) while the file is there:
+  // the file would have been loaded without its size or CRC being checked.
+  const std::string original = read_file((dir_ / kMarkerFile).string());
+  for (const char* omitted : {kOptimizerFile, kTrainerStateFile}) {
+    nlohmann::json marker = nlohmann::json::parse(original);
+    ASSERT_TRUE(marker["files"].contains(omitted));
+    marker["files"].erase(omitted);
+    write_raw(dir_ / kMarkerFile, marker.dump());
+    expect_open_fails(std::string("has '") + omitted + "' but its marker");
+  }
+  // Without the file, such a marker is a checkpoint without training state.
+  nlohmann::json marker = nlohmann::json::parse(original);
+  marker["files"].erase(kOptimizerFile);
+  marker["files"].erase(kTrainerStateFile);
+  write_raw(dir_ / kMarkerFile, marker.dump());
+  fs::remove(dir_ / kOptimizerFile);
+  fs::remove(dir_ / kTrainerStateFile);
+  const CheckpointInfo info = open_checkpoint(dir_.string());
+  EXPECT_FALSE(info.optimizer_path.has_value());
+  EXPECT_FALSE(info.trainer_state.has_value());
+}
+
+TEST_F(CheckpointCorruption, MarkerEntriesOfTheWrongTypeAreMalformedNotACrash) {
+  const std::string original = read_file((dir_ / kMarkerFile).string());
+  for (const char* field : {"bytes", "crc32"}) {
+    nlohmann::json marker = nlohmann::json::parse(original);
+    marker["files"][kModelFile][field] = nlohmann::json::array();
+    write_raw(dir_ / kMarkerFile, marker.dump());
+    expect_open_fails("has a malformed entry 'model.safetensors'");
+  }
+  nlohmann::json marker = nlohmann::json::parse(original);
+  marker["files"][kModelFile]["bytes"] = -5;
+  write_raw(dir_ / kMarkerFile, marker.dump());
+  expect_open_fails("has a malformed entry 'model.safetensors'");
+  marker = nlohmann::json::parse(original);
+  marker["format"] = 7;  // used to escape as a json type_error ("internal error")
+  write_raw(dir_ / kMarkerFile, marker.dump());
+  expect_open_fails("is malformed");
+  marker = nlohmann::json::parse(original);
+  marker["version"] = int64_t{1} << 32;  // was read as an int: 2^32 became 0
+  write_raw(dir_ / kMarkerFile, marker.dump());
+  expect_open_fails("format version 4294967296");
+}
+
+TEST_F(CheckpointCorruption, BytesAfterANulAreRefused) {
+  // nlohmann's parser stops at a NUL, so the text after it used to be ignored.
+  std::string marker = read_file((dir_ / kMarkerFile).string());
+  write_raw(dir_ / kMarkerFile, marker + std::string(1, '\0') + "garbage");
+  expect_open_fails("NUL byte at offset " + std::to_string(marker.size()));
 }
 
 TEST(Checkpoint, PlainHuggingFaceFolder) {

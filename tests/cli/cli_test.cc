@@ -496,6 +496,17 @@ TEST_F(CliTest, BadInputsFailWithClearMessages) {
   // A model folder without the marker and with a missing tensor file.
   fs::create_directories(path("half"));
   fs::copy_file(path("m") + "/config.json", path("half") + "/config.json");
+  // Model folders (no marker) whose config.json claims sizes the weights do not have: 2^31
+  // layers used to loop without end building the parts; 65536 layers is within the limits but
+  // must be refused from the weights' header before anything is allocated for it.
+  for (const auto& [name, layers] :
+       {std::pair{"huge", int64_t{1} << 31}, std::pair{"many", int64_t{65536}}}) {
+    fs::create_directories(path(name));
+    fs::copy_file(path("m") + "/model.safetensors", path(name) + "/model.safetensors");
+    nlohmann::json cfg = nlohmann::json::parse(read_file(path("m") + "/config.json"));
+    cfg["num_hidden_layers"] = layers;
+    write_file_atomic(path(name) + "/config.json", cfg.dump());
+  }
   const std::vector<Case> cases = {
       {"train --model=tiny --steps=2", "--data is required"},
       {"train" + data + " --steps=2", "give exactly one of --model"},
@@ -525,6 +536,11 @@ TEST_F(CliTest, BadInputsFailWithClearMessages) {
        "does not exist"},
       {"eval --checkpoint=" + path("m") + " --data=" + path("cut.tok") + " --seq-len=8", "truncated"},
       {"eval --checkpoint=" + path("m") + data + " --seq-len=0", "--seq-len must be >= 1"},
+      {"eval --checkpoint=" + path("huge") + data + " --seq-len=8",
+       "num_hidden_layers = 2147483648 is larger than helixpipe supports"},
+      {"eval --checkpoint=" + path("many") + data + " --seq-len=8",
+       "has no tensor 'model.layers.2.input_layernorm.weight'"},
+      {"train --checkpoint=" + path("many") + data, "has no tensor 'model.layers.2."},
       {"eval --checkpoint=" + path("m") + data + " --seq-len=8 --skip-sequences=100000000",
        "leaves nothing"},
       {"generate --checkpoint=" + path("m") + " --prompt=", "--prompt"},

@@ -153,6 +153,10 @@ TEST(SimulateCli, BadInputSaysWhatIsWrong) {
   std::string costs = d.file("costs.json", kUniform);
   std::string broken = d.file("broken.json", "{\"attn\": {\"F\": -1}}");
   std::string notjson = d.file("notjson.json", "attn F 1");
+  // Used to run and print "makespan inf" and "bubble -nan" with exit code 0.
+  std::string huge = d.file("huge.json", "{\"attn\": {\"F\": 1e308, \"I\": 1e308}}");
+  // Used to be read as {"attn": {"F": 1}}: the parser stopped at the NUL.
+  std::string nul = d.file("nul.json", std::string("{\"attn\": {\"F\": 1}}\0{\"x\": 2}", 27));
   struct Case {
     std::string args, expect;
     int rc;
@@ -170,6 +174,10 @@ TEST(SimulateCli, BadInputSaysWhatIsWrong) {
        "not valid JSON", 1},
       {"simulate --schedule=1f1b --stages=2 --microbatches=2 --layers=2 --part-costs=" + broken,
        "attn.F: expected a number >= 0", 1},
+      {"simulate --schedule=1f1b --stages=2 --microbatches=2 --layers=2 --part-costs=" + huge,
+       "attn.F: expected a number >= 0 and at most 1000000 seconds, got 1e+308", 1},
+      {"simulate --schedule=1f1b --stages=2 --microbatches=2 --layers=2 --part-costs=" + nul,
+       "NUL byte at offset 18 of 27", 1},
       {"simulate --schedule=1f1b --stages=2 --microbatches=2 --part-costs=" + costs, "--layers=L", 1},
       {"simulate --schedule=1f1b --stages=2 --microbatches=2 --model=7b --seq-len=4096 --device=h20 "
        "--layers=4",

@@ -3,7 +3,9 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <map>
 #include <string>
@@ -285,6 +287,90 @@ TEST(ModelIo, MissingMisshapedWrongDtypeUnknownTruncated) {
     load_model_safetensors(dir.file("f16.safetensors"), c, locate);
     EXPECT_EQ(dst.at("model.norm.weight"), std::vector<float>(c.hidden, 1.f));
   }
+}
+
+TEST(ModelIo, ConfigWithoutVocabSizeIsRefused) {
+  nlohmann::json j = {{"hidden_size", 8},       {"intermediate_size", 12},
+                      {"num_attention_heads", 4}, {"num_hidden_layers", 1},
+                      {"vocab_size", 10}};
+  EXPECT_EQ(model_config_from_hf(j, "cfg").vocab, 10);
+  j.erase("vocab_size");
+  EXPECT_NE(error_of([&] { model_config_from_hf(j, "cfg"); }).find("'vocab_size' is missing"),
+            std::string::npos);
+}
+
+TEST(ModelIo, ConfigIsCheckedAgainstTheFileBeforeLoading) {
+  TempDir dir;
+  const ModelConfig c = tiny_config(false);
+  auto src = make_tensors(c, 0.f);
+  save(dir.file("m.safetensors"), c, src);
+  check_model_safetensors(dir.file("m.safetensors"), c);  // the config it was saved with
+  // A config claiming the most layers allowed is refused from the header alone: the file has no
+  // layer 2 (nothing of the size the config describes is allocated).
+  ModelConfig many = c;
+  many.layers = ModelConfig::kMaxLayers;
+  const std::string e1 =
+      error_of([&] { check_model_safetensors(dir.file("m.safetensors"), many); });
+  EXPECT_NE(e1.find("has no tensor 'model.layers.2.input_layernorm.weight'"), std::string::npos)
+      << e1;
+  EXPECT_NE(e1.find("layers 65536"), std::string::npos) << e1;
+  // A wider model: the first tensor's shape disagrees, and the message names both shapes.
+  ModelConfig wide = c;
+  wide.hidden = 16;
+  const std::string e2 =
+      error_of([&] { check_model_safetensors(dir.file("m.safetensors"), wide); });
+  EXPECT_NE(e2.find("'model.embed_tokens.weight' has shape [11, 8] but [11, 16] was expected"),
+            std::string::npos)
+      << e2;
+  ModelConfig fewer = c;
+  fewer.layers = 1;
+  const std::string e3 =
+      error_of([&] { check_model_safetensors(dir.file("m.safetensors"), fewer); });
+  EXPECT_NE(e3.find("model.layers.1."), std::string::npos) << e3;
+}
+
+TEST(ModelIo, NonFiniteWeightsAreRefusedNamingTheTensor) {
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    TempDir dir;
+    const ModelConfig c = tiny_config(false);
+    auto src = make_tensors(c, 0.f);
+    src.at("model.layers.1.mlp.gate_proj.weight")[5] = bad;
+    save(dir.file("m.safetensors"), c, src);
+    auto dst = make_tensors(c, 0.f);
+    const std::string e = error_of([&] {
+      load_model_safetensors(dir.file("m.safetensors"), c,
+                             [&](const std::string& n) { return dst.at(n).data(); });
+    });
+    EXPECT_NE(e.find("tensor 'model.layers.1.mlp.gate_proj.weight' holds"), std::string::npos) << e;
+    EXPECT_NE(e.find("at element 5"), std::string::npos) << e;
+    // A stage that does not hold the tensor does not read it, so it does not refuse it.
+    auto dst2 = make_tensors(c, 0.f);
+    load_model_safetensors(dir.file("m.safetensors"), c, [&](const std::string& n) -> float* {
+      return n == "model.norm.weight" ? dst2.at(n).data() : nullptr;
+    });
+  }
+  // F16 infinity (0x7C00) is converted, then refused the same way.
+  TempDir dir;
+  const ModelConfig c = tiny_config(false);
+  auto src = make_tensors(c, 0.f);
+  auto list = model_write_tensors(
+      c, [&](const std::string& n) -> const float* { return src.at(n).data(); });
+  std::vector<uint16_t> halves(c.hidden, 0x3C00);
+  halves[3] = 0x7C00;
+  for (auto& t : list) {
+    if (t.name == "model.norm.weight") {
+      t.dtype = StDType::kF16;
+      t.data = halves.data();
+    }
+  }
+  write_safetensors(dir.file("f16.safetensors"), list);
+  auto dst = make_tensors(c, 0.f);
+  const std::string e = error_of([&] {
+    load_model_safetensors(dir.file("f16.safetensors"), c,
+                           [&](const std::string& n) { return dst.at(n).data(); });
+  });
+  EXPECT_NE(e.find("'model.norm.weight' holds inf at element 3"), std::string::npos) << e;
 }
 
 }  // namespace

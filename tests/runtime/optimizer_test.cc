@@ -175,6 +175,132 @@ TEST(TrainState, JsonRoundTripAndReshape) {
   EXPECT_THROW(TrainState::from_json(broken, "x"), Error);
 }
 
+TEST(TrainState, OutOfRangeFieldsAreRefusedNamingFieldAndFile) {
+  TrainState s;
+  s.step = 7;
+  s.next_sequence = 10;
+  s.seq_len = 64;
+  s.microbatch_size = 2;
+  s.microbatches = 4;
+  s.lr.total = 100;
+  s.history.push_back({1, 5.5, 1e-3, 2.0, 0.1, 1000});
+  const nlohmann::json good = s.to_json();
+  ASSERT_NO_THROW(TrainState::from_json(good, "ck/trainer_state.json"));
+  const double big = 1e308;
+  const nlohmann::json two63 = uint64_t{1} << 63;
+  struct Case {
+    const char* pointer;  // JSON pointer of the field to spoil
+    nlohmann::json value;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {"/adamw/beta1", -1, "adamw.beta1 must be in [0, 1)"},
+      {"/adamw/beta1", 1.0, "adamw.beta1 must be in [0, 1)"},
+      {"/adamw/beta2", big, "adamw.beta2 must be in [0, 1)"},
+      {"/adamw/eps", 0.0, "adamw.eps must be in (0, 1]"},
+      {"/adamw/eps", big, "adamw.eps must be in (0, 1]"},
+      {"/adamw/weight_decay", -1, "adamw.weight_decay must be in [0, 10]"},
+      {"/adamw/weight_decay", big, "adamw.weight_decay must be in [0, 10]"},
+      {"/adamw/eps", "small", "adamw.eps is missing or not a number"},
+      {"/clip", -1, "clip must be in [0, 1000000000]"},
+      {"/clip", big, "clip must be in [0, 1000000000]"},
+      {"/lr_schedule/peak", -1, "lr_schedule.peak must be in (0, 10]"},
+      {"/lr_schedule/peak", big, "lr_schedule.peak must be in (0, 10]"},
+      {"/lr_schedule/min_ratio", 2.0, "lr_schedule.min_ratio must be in [0, 1]"},
+      {"/lr_schedule/warmup", -1, "lr_schedule.warmup must be in [0, 1099511627776]"},
+      {"/lr_schedule/total", two63, "lr_schedule.total must be an integer"},
+      {"/lr_schedule/total", big, "lr_schedule.total must be an integer"},
+      {"/lr_schedule/total", 0, "lr_schedule.total must be in [1, 1099511627776]"},
+      {"/step", -1, "step must be an integer in [0, 1099511627776]"},
+      {"/step", two63, "step must be an integer in [0, 1099511627776]"},
+      {"/step", big, "step must be an integer in [0, 1099511627776]"},
+      {"/data/microbatches", -1, "data.microbatches must be an integer in [0, 1048576]"},
+      {"/data/microbatches", two63, "data.microbatches must be an integer"},
+      {"/data/microbatch_size", int64_t{1} << 21, "data.microbatch_size must be an integer"},
+      {"/data/seq_len", 0, "data.seq_len must be an integer in [1, 16777216]"},
+      {"/data/seq_len", big, "data.seq_len must be an integer"},
+      {"/data/next_sequence", -1, "data.next_sequence must be an integer in [0, "},
+      // 2^53 tokens / 64 per sequence = 2^47 sequences at most.
+      {"/data/next_sequence", int64_t{1} << 48,
+       "data.next_sequence must be an integer in [0, 140737488355328]"},
+      {"/tokens_seen", two63, "tokens_seen must be an integer"},
+      {"/loss_history/0/step", big, "loss_history entry"},
+      {"/version", big, "trainer state version"},
+      {"/rng/seed", big, "rng.seed is missing or not an integer"},
+      {"/format", 5, "not a helixpipe trainer state"},  // used to escape as a json type_error
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = good;
+    j[nlohmann::json::json_pointer(c.pointer)] = c.value;
+    try {
+      TrainState::from_json(j, "ck/trainer_state.json");
+      ADD_FAILURE() << c.pointer << " = " << c.value.dump() << " was accepted";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(c.needle), std::string::npos) << c.pointer << ": " << m;
+      EXPECT_EQ(m.rfind("ck/trainer_state.json: ", 0), 0u) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+  }
+  // Older files without B and M, and the edges of each range, are accepted.
+  nlohmann::json old = good;
+  old["data"].erase("microbatch_size");
+  old["data"].erase("microbatches");
+  EXPECT_EQ(TrainState::from_json(old, "x").microbatches, 0);
+  nlohmann::json edge = good;
+  edge["adamw"]["beta1"] = 0.0;
+  edge["adamw"]["weight_decay"] = 0.0;
+  edge["clip"] = 0.0;
+  edge["data"]["next_sequence"] = (int64_t{1} << 53) / 64;
+  EXPECT_EQ(TrainState::from_json(edge, "x").next_sequence_for(128), (int64_t{1} << 53) / 128);
+}
+
+TEST(AdamW, NonFiniteOrNegativeMomentsAreRefusedNamingTheTensor) {
+  std::vector<float> w(6, 1.f), g(6, 0.5f);
+  std::vector<ParamRef> ps = {
+      {"model.layers.0.mlp.up_proj.weight", {2, 3}, w.data(), g.data(), DataPtr()}};
+  auto be = make_cpu_backend(1);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("hp_opt_bad_" + std::to_string(::getpid()) + ".safetensors"))
+                               .string();
+  struct Case {
+    const char* tensor;
+    float value;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {"exp_avg.", std::nanf(""),
+       "'exp_avg.model.layers.0.mlp.up_proj.weight' holds nan at element 4"},
+      {"exp_avg.", -INFINITY, "'exp_avg.model.layers.0.mlp.up_proj.weight' holds -inf"},
+      {"exp_avg_sq.", INFINITY, "'exp_avg_sq.model.layers.0.mlp.up_proj.weight' holds inf"},
+      {"exp_avg_sq.", -1.f, "'exp_avg_sq.model.layers.0.mlp.up_proj.weight' holds -1"},
+  };
+  for (const Case& c : cases) {
+    std::vector<float> m(6, 0.1f), v(6, 0.2f);
+    (std::string(c.tensor) == "exp_avg." ? m : v)[4] = c.value;
+    const std::vector<StWriteTensor> ts = {
+        {"exp_avg." + ps[0].name, StDType::kF32, {2, 3}, m.data()},
+        {"exp_avg_sq." + ps[0].name, StDType::kF32, {2, 3}, v.data()}};
+    write_safetensors(path, ts);
+    AdamW a(*be);
+    try {
+      a.load_state(SafetensorsReader::open(path), ps, 3);
+      ADD_FAILURE() << c.needle << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.needle), std::string::npos) << e.what();
+    }
+  }
+  // A negative first moment is an ordinary value.
+  std::vector<float> m(6, -0.1f), v(6, 0.2f);
+  const std::vector<StWriteTensor> ts = {
+      {"exp_avg." + ps[0].name, StDType::kF32, {2, 3}, m.data()},
+      {"exp_avg_sq." + ps[0].name, StDType::kF32, {2, 3}, v.data()}};
+  write_safetensors(path, ts);
+  AdamW a(*be);
+  EXPECT_NO_THROW(a.load_state(SafetensorsReader::open(path), ps, 3));
+  std::filesystem::remove(path);
+}
+
 TEST(Sampling, GreedyTopKAndDistribution) {
   std::vector<float> logits = {0.0f, 2.0f, 1.0f, 2.0f};
   Rng rng(1);

@@ -169,6 +169,57 @@ TEST(TextIo, JsonErrorsNameThePath) {
             "s.json: this file is schedule format version 3; this helixpipe reads version 1");
 }
 
+TEST(TextIo, HeadersThatContradictTheOpsAreRefused) {
+  const std::string head = "helixpipe-schedule 1\n";
+  const std::string one_stage =
+      "F 0 embed pre:1 attn:1 post:1 head\nB 0 head post:1 attn:1 pre:1 embed\n";
+  // stages: more in the header than listed (used to add empty stages silently).
+  EXPECT_EQ(error_of(head + "stages 3\nstage 0\n" + one_stage),
+            "s.txt: the header says 3 stages but the file lists 1 (stage 0..0); list every stage "
+            "with a 'stage N' line, or fix the header");
+  // folds: an op's fold beyond the header's.
+  EXPECT_EQ(error_of(head + "folds 2\nstage 0\nF 0 embed pre:1 attn:1 post:1 head fold=2\n"),
+            "s.txt:4: the op has fold=2 but the header says folds 2 (folds are numbered 0..1); "
+            "fix the op or the header");
+  EXPECT_NE(error_of(head + "folds 1\nstage 0\nF 0 embed pre:1 attn:1 post:1 head fold=1\n")
+                .find("s.txt:4: the op has fold=1 but the header says folds 1"),
+            std::string::npos);
+  // virtual: more chunks than layers allow, and a stage that runs a micro-batch's forward whole.
+  EXPECT_EQ(error_of(head + "virtual 2\nstage 0\n" + one_stage),
+            "s.txt: the header says virtual 2 over 1 stages, which needs at least 2 layers, but "
+            "the schedule has 1; fix the header");
+  const Schedule plain = gen("1f1b", 2, 2, 4);
+  std::string text = schedule_to_text(plain);
+  text.replace(text.find("virtual 1"), 9, "virtual 2");
+  EXPECT_EQ(error_of(text),
+            "s.txt: the header says virtual 2 (every stage runs each micro-batch's forward as 2 "
+            "chunks), but stage 0 runs micro-batch 0's forward in 1 op(s); fix the header "
+            "(virtual 1?) or the ops");
+  // The same rules hold for JSON.
+  nlohmann::json j = schedule_to_json(plain);
+  j["virtual"] = 2;
+  EXPECT_THROW(schedule_from_json(j, "s.json"), Error);
+  j = schedule_to_json(gen("helix", 2, 4, 4, 2));
+  j["folds"] = 1;
+  try {
+    schedule_from_json(j, "s.json");
+    ADD_FAILURE() << "folds 1 with fold=1 ops accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("s.json: stages[0].ops["), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("has fold=1 but the header says folds 1"),
+              std::string::npos)
+        << e.what();
+  }
+  // Consistent headers still read, and a missing folds header is taken from the ops.
+  for (const Schedule& s : {gen("interleaved", 2, 4, 8, 1, 2), gen("interleaved", 1, 2, 4, 1, 4),
+                            gen("helix", 3, 6, 6, 2)}) {
+    EXPECT_NO_THROW(schedule_from_text(schedule_to_text(s)));
+    nlohmann::json js = schedule_to_json(s);
+    js.erase("folds");
+    EXPECT_EQ(schedule_from_json(js).folds, s.folds);
+  }
+}
+
 // Garbage in: either a schedule or an hp::Error, never a crash or another exception. Mutates valid
 // files (byte flips, deletions, duplications, splices) and feeds random bytes.
 TEST(TextIo, FuzzedInputGivesCleanErrors) {

@@ -3,8 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 
 #include "util/error.h"
 
@@ -61,7 +63,7 @@ TEST(DeviceProfile, LoadsAFileAndRejectsBadKeys) {
   EXPECT_NE(msg.find("unknown device profile key 'peak_flop'"), std::string::npos) << msg;
   msg = error_of([] {
     DeviceProfile::from_json(
-        nlohmann::json::parse(R"({"name":"x","peak_flops":1,"mem_bandwidth_Bps":1,
+        nlohmann::json::parse(R"({"name":"x","peak_flops":1e12,"mem_bandwidth_Bps":1e11,
           "gemm_efficiency":1.5,"intra":{"latency_s":0,"bandwidth_Bps":0}})"),
         "f.json");
   });
@@ -115,6 +117,78 @@ TEST(CostModel, PartCostErrorsNameTheKey) {
   EXPECT_NE(err(R"({"link":{"latency_s":"fast"}})").find("c.json.link.latency_s"),
             std::string::npos);
   EXPECT_NE(err(R"([1,2])").find("JSON object"), std::string::npos);
+}
+
+TEST(CostModel, AbsurdOrNonFiniteCostsAreRefused) {
+  auto err = [](const nlohmann::json& j) {
+    return error_of([&] { CostModel::from_part_costs(j, "c.json"); });
+  };
+  const nlohmann::json good = nlohmann::json::parse(R"({"attn":{"F":1e-3,"I":2e-3,"W":0},
+      "link":{"latency_s":1e-5,"bandwidth_Bps":1e10}})");
+  EXPECT_EQ(err(good), "");
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const nlohmann::json& bad : {nlohmann::json(1e308), nlohmann::json(1e7), nlohmann::json(-1),
+                                    nlohmann::json(inf), nlohmann::json(std::nan(""))}) {
+    nlohmann::json j = good;
+    j["attn"]["I"] = bad;
+    const std::string e = err(j);
+    EXPECT_NE(e.find("c.json.attn.I"), std::string::npos) << bad.dump() << ": " << e;
+    j = good;
+    j["attn_recompute_F"] = bad;
+    EXPECT_NE(err(j).find("c.json.attn_recompute_F"), std::string::npos) << err(j);
+  }
+  nlohmann::json j = good;
+  j["attn"]["F"] = 1e308;
+  EXPECT_NE(err(j).find("c.json.attn.F: expected a number >= 0 and at most 1000000 seconds, got "
+                        "1e+308"),
+            std::string::npos)
+      << err(j);
+  j = good;
+  j["link"]["latency_s"] = 1e308;
+  EXPECT_NE(err(j).find("c.json.link: latency_s must be in [0, 1000]"), std::string::npos)
+      << err(j);
+  j = good;
+  j["inter"] = {{"latency_s", 0}, {"bandwidth_Bps", 1e-300}};  // every message would take forever
+  EXPECT_NE(err(j).find("c.json.inter: bandwidth_Bps must be 0 (free) or in [1, "),
+            std::string::npos)
+      << err(j);
+  j = good;
+  j["stages_per_node"] = int64_t{1} << 40;  // used to be read as an int
+  EXPECT_NE(err(j).find("stages_per_node must be an integer in [1, 2^30]"), std::string::npos)
+      << err(j);
+}
+
+TEST(DeviceProfile, AbsurdFiguresAreRefused) {
+  const nlohmann::json good = nlohmann::json::parse(R"({"name":"x","peak_flops":1e12,
+      "mem_bandwidth_Bps":1e11,"intra":{"latency_s":1e-6,"bandwidth_Bps":1e10},
+      "memory_bytes":8e10})");
+  EXPECT_NO_THROW(DeviceProfile::from_json(good, "d.json"));
+  struct Case {
+    nlohmann::json::json_pointer at;
+    nlohmann::json value;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {nlohmann::json::json_pointer("/peak_flops"), 1e308, "d.json: peak_flops must be in ["},
+      {nlohmann::json::json_pointer("/peak_flops"), 1e-300, "d.json: peak_flops must be in ["},
+      {nlohmann::json::json_pointer("/mem_bandwidth_Bps"), 1e308,
+       "d.json: mem_bandwidth_Bps must be in ["},
+      {nlohmann::json::json_pointer("/memory_bytes"), 1e308,
+       "d.json: memory_bytes must be in [0, "},
+      {nlohmann::json::json_pointer("/memory_bytes"), -1, "d.json: memory_bytes must be in [0, "},
+      {nlohmann::json::json_pointer("/gpus_per_node"), int64_t{1} << 40,
+       "'gpus_per_node' must be an integer in [1, "},
+      {nlohmann::json::json_pointer("/intra/latency_s"), 1e308,
+       "d.json intra: latency_s must be in [0, 1000]"},
+      {nlohmann::json::json_pointer("/intra/bandwidth_Bps"), 0.5,
+       "d.json intra: bandwidth_Bps must be 0 (free)"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = good;
+    j[c.at] = c.value;
+    const std::string e = error_of([&] { DeviceProfile::from_json(j, "d.json"); });
+    EXPECT_NE(e.find(c.needle), std::string::npos) << c.at.to_string() << ": " << e;
+  }
 }
 
 // With memory time negligible and full efficiency, the model is pure FLOPs: check it against the

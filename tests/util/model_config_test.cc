@@ -39,6 +39,91 @@ TEST(ModelConfig, RejectsBadShapesWithTheFieldName) {
   EXPECT_THROW(ModelConfig::load("no-such-preset-or-file"), Error);
 }
 
+std::string error_of(const nlohmann::json& j) {
+  try {
+    ModelConfig::from_json(j, "cfg.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ModelConfig, RefusesSizesBeyondTheLimitsNamingTheField) {
+  const nlohmann::json base = {{"hidden_size", 64}, {"intermediate_size", 160},
+                               {"num_attention_heads", 8}, {"num_hidden_layers", 3},
+                               {"vocab_size", 300}};
+  ASSERT_EQ(error_of(base), "");
+  struct Case {
+    const char* key;
+    nlohmann::json value;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {"num_hidden_layers", int64_t{1} << 31, "num_hidden_layers = 2147483648 is larger"},
+      {"num_hidden_layers", 65537, "num_hidden_layers = 65537 is larger"},
+      {"hidden_size", int64_t{1} << 31, "hidden_size = 2147483648 is larger"},
+      {"intermediate_size", int64_t{1} << 40, "intermediate_size = 1099511627776 is larger"},
+      {"vocab_size", int64_t{1} << 31, "vocab_size = 2147483648 is larger"},
+      {"max_position_embeddings", int64_t{1} << 62, "max_position_embeddings = "},
+      {"num_attention_heads", int64_t{1} << 33, "num_attention_heads = 8589934592 is larger"},
+      // Beyond int64: nlohmann keeps it unsigned; it must not wrap to a negative size.
+      {"num_hidden_layers", uint64_t{1} << 63, "'num_hidden_layers' = 9223372036854775808 is far"},
+      {"vocab_size", -1, "vocab_size must be positive, got -1"},
+      {"rms_norm_eps", 1e308, "rms_norm_eps must be in (0, 1]"},
+      {"rms_norm_eps", -1.0, "rms_norm_eps must be in (0, 1]"},
+      {"rope_theta", 1e308, "rope_theta must be in (0, 1e12]"},
+      {"hidden_size", 2.5, "'hidden_size' must be an integer"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = base;
+    j[c.key] = c.value;
+    const std::string e = error_of(j);
+    EXPECT_NE(e.find(c.needle), std::string::npos) << c.key << " = " << c.value.dump() << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    EXPECT_EQ(e.rfind("cfg.json: ", 0), 0u) << e;
+  }
+  // Every size within its own limit, but 2^20 * 2^20 * 3 * 2^16 parameters in all: the total is
+  // computed exactly in 64 bits and refused.
+  nlohmann::json big = base;
+  big["hidden_size"] = ModelConfig::kMaxHidden;
+  big["intermediate_size"] = ModelConfig::kMaxIntermediate;
+  big["num_hidden_layers"] = ModelConfig::kMaxLayers;
+  big["vocab_size"] = ModelConfig::kMaxVocab;
+  EXPECT_NE(error_of(big).find("parameters is more than helixpipe supports"), std::string::npos)
+      << error_of(big);
+  // The largest accepted sizes do not overflow the counts (2^40 parameters exactly fits).
+  ModelConfig edge;
+  edge.hidden = 1 << 10;
+  edge.heads = 8;
+  edge.kv_heads = 8;
+  edge.intermediate = 1 << 10;
+  edge.vocab = 1 << 10;
+  edge.layers = ModelConfig::kMaxLayers;
+  EXPECT_NO_THROW(edge.validate());
+  EXPECT_EQ(edge.params_per_layer(), 3 * 1024 * 1024 + 1024 * 1024 + 3 * 1024 * 1024 + 2 * 1024);
+}
+
+TEST(ModelConfig, HuggingFaceConfigMustStateItsSizes) {
+  // Our own form may leave sizes at their defaults; a Hugging Face config.json may not.
+  nlohmann::json j = {{"model_type", "llama"},     {"hidden_size", 64},
+                      {"intermediate_size", 160},  {"num_attention_heads", 8},
+                      {"num_hidden_layers", 3},    {"vocab_size", 300}};
+  EXPECT_EQ(error_of(j), "");
+  for (const char* key : {"vocab_size", "hidden_size", "num_hidden_layers"}) {
+    nlohmann::json missing = j;
+    missing.erase(key);
+    EXPECT_NE(error_of(missing).find(std::string("'") + key + "' is missing"), std::string::npos)
+        << error_of(missing);
+    missing.erase("model_type");
+    missing["architectures"] = {"LlamaForCausalLM"};
+    EXPECT_NE(error_of(missing).find(std::string("'") + key + "' is missing"), std::string::npos);
+  }
+  nlohmann::json own = j;
+  own.erase("model_type");
+  own.erase("vocab_size");
+  EXPECT_EQ(ModelConfig::from_json(own, "own").vocab, 256);
+}
+
 TEST(ModelConfig, ParameterCountMatchesTheLayout) {
   ModelConfig c = ModelConfig::load("tiny");
   const int64_t h = c.hidden, q = c.qkv_dim(), f = c.intermediate;
