@@ -131,8 +131,7 @@ std::vector<std::string> remove_stale_temp_folders(const std::string& dir_arg) {
   return removed;
 }
 
-void save_checkpoint(const std::string& dir_arg, const CheckpointContents& contents,
-                     const std::function<void()>& before_marker) {
+fs::path check_checkpoint_destination(const std::string& dir_arg) {
   HP_CHECK(!dir_arg.empty(), "checkpoint folder name is empty");
   fs::path dir = fs::path(dir_arg).lexically_normal();
   if (dir.filename().empty()) dir = dir.parent_path();  // "out/" -> "out"
@@ -141,14 +140,24 @@ void save_checkpoint(const std::string& dir_arg, const CheckpointContents& conte
   fs::create_directories(parent, ec);
   HP_CHECK(!ec, "cannot create folder '{}' for checkpoint '{}': {}", parent.string(), dir.string(),
            ec.message());
-  const bool exists = fs::exists(dir);
-  if (exists) {
+  HP_CHECK(fs::is_directory(parent), "cannot save checkpoint '{}': '{}' is not a folder",
+           dir.string(), parent.string());
+  if (fs::exists(dir)) {
     HP_CHECK(fs::is_directory(dir), "checkpoint path '{}' exists and is not a folder", dir.string());
     HP_CHECK(replaceable(dir),
              "refusing to replace '{}': it is neither empty nor a checkpoint (no {} or {}); choose "
              "another --out/--save folder",
              dir.string(), kMarkerFile, kModelFile);
   }
+  return dir;
+}
+
+void save_checkpoint(const std::string& dir_arg, const CheckpointContents& contents,
+                     const std::function<void()>& before_marker) {
+  const fs::path dir = check_checkpoint_destination(dir_arg);
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  const bool exists = fs::exists(dir);
+  std::error_code ec;
   // Folders left by saves that were killed part-way (nothing ever loads from them).
   remove_stale_temp_folders(dir.string());
   const fs::path tmp = fs::path(dir.string() + ".tmp-" + unique_suffix());

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
@@ -33,6 +34,11 @@ struct CheckpointContents {
 // Writes the checkpoint to `dir` atomically, replacing an existing checkpoint there (a folder that
 // is neither empty nor a checkpoint is refused, so a typo cannot delete someone's files).
 // `before_marker` (tests) runs after the files and before the marker: throwing there is a crash.
+// What save_checkpoint checks before writing, on its own so a run can check its --save folder
+// before its first step: creates the parent folder when missing, refuses a path that is a file or
+// a folder that is neither empty nor a checkpoint. Returns the normalised folder path.
+std::filesystem::path check_checkpoint_destination(const std::string& dir);
+
 void save_checkpoint(const std::string& dir, const CheckpointContents& contents,
                      const std::function<void()>& before_marker = {});
 

@@ -326,6 +326,11 @@ int cmd_bench(int argc, char** argv) {
   const bool root = !world || world->rank() == 0;
   try {
     check_bench_flags(f, world ? world->size() : 0);
+    if (root) {
+      if (!f.out_path.empty()) check_output_file("--out", f.out_path);
+      if (!f.timeline_path.empty()) check_output_file("--timeline", f.timeline_path);
+      if (!f.trace_dir.empty()) check_output_folder("--trace-dir", f.trace_dir);
+    }
     const ModelConfig cfg = ModelConfig::load(f.model);
     const int L = static_cast<int>(cfg.layers);
 

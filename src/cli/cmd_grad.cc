@@ -13,6 +13,7 @@
 #include "data/token_file.h"
 #include "runtime/model_io.h"
 #include "runtime/trainer.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace hp::cli {
@@ -26,6 +27,7 @@ int cmd_grad(int argc, char** argv) {
   add_grad_flags(app, f);
   if (auto rc = parse_flags(app, argc, argv)) return *rc;
   check_grad_flags(f);
+  check_output_file("--out", f.out);
   const CheckpointInfo info = open_checkpoint(f.checkpoint);
   const ModelConfig cfg = checkpoint_model_config(info);
   HP_CHECK(f.seq_len <= cfg.max_positions, "--seq-len {} exceeds the model's max_position_embeddings {}",

@@ -70,6 +70,7 @@ int cmd_profile(int argc, char** argv) {
   add_format_flag(app, format);
   if (auto rc = parse_or_exit(app, argc, argv)) return *rc;
   opt.transfer = parse_transfer(transfer);
+  if (!out_path.empty()) check_output_file("--out", out_path);
   opt.precision = resolve_precision(precision, *make_cpu_backend(1));
 
   const ModelConfig cfg = ModelConfig::load(model);

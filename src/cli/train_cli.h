@@ -10,6 +10,8 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "checkpoint/checkpoint.h"
 #include "data/token_file.h"
@@ -106,6 +108,9 @@ struct TrainLaunch {
   std::function<void(const StepRecord&, nlohmann::json& line, std::string& extra)> after_step;
   std::function<void(int64_t step)> before_step;  // every rank, before step `step` starts
   std::function<void()> after_loop;  // every rank, after the last step and the final save
+  // More files the root writes at the end (flag, path), checked before the first step and listed
+  // in the summary.
+  std::vector<std::pair<std::string, std::string>> outputs;
 };
 
 // Runs the training loop of `engine` (runtime/trainer.h: run_train_loop) to --stop-after or

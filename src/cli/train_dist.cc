@@ -131,6 +131,8 @@ int train_dist_main(int argc, char** argv) {
     };
     TrainLaunch launch;
     launch.before_step = before;
+    if (!trace.empty()) launch.outputs.push_back({"--trace", trace});
+    if (!timeline.empty()) launch.outputs.push_back({"--timeline", timeline});
     launch.ranks = world->size();
     launch.root = root;
     launch.header = fmt::format("train (distributed): {} = {} x {} ranks (data x pipeline), "
@@ -179,6 +181,7 @@ int grad_dist_main(int argc, char** argv) {
   auto world = MpiComm::init_world(&argc, &argv, CommOptions{});
   try {
     check_grad_flags(f);
+    if (world->rank() == 0) check_output_file("--out", f.out);
     const CheckpointInfo info = open_checkpoint(f.checkpoint);
     const ModelConfig cfg = checkpoint_model_config(info);
     if (f.microbatches % dp != 0)

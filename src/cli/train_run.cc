@@ -5,7 +5,9 @@
 #include <cstdio>
 
 #include "cli/train_cli.h"
+#include "checkpoint/checkpoint.h"
 #include "runtime/progress.h"
+#include "util/atomic_file.h"
 #include "util/timer.h"
 
 namespace hp::cli {
@@ -14,6 +16,14 @@ void run_training(TrainEngine& engine, const TrainFlags& f, const TrainPlan& pla
                   const TokenSource& source, const SequenceReader& reader, const StepShape& global,
                   const std::string& compute, const TrainLaunch& launch) {
   const ModelConfig& cfg = plan.cfg;
+  // Every output path is checked before the first step, so no run's results are lost at its end.
+  std::vector<std::pair<std::string, std::string>> outputs = launch.outputs;
+  if (!f.log.empty()) outputs.insert(outputs.begin(), {"--log", f.log});
+  if (!f.loss_svg.empty()) outputs.push_back({"--loss-svg", f.loss_svg});
+  if (launch.root) {
+    if (!f.save.empty()) check_checkpoint_destination(f.save);
+    for (const auto& [flag, path] : outputs) check_output_file(flag, path);
+  }
   const TrainState& st = engine.state();
   const int64_t total = st.lr.total;
   const int64_t end = f.stop_after > 0 ? std::min(f.stop_after, total) : total;
@@ -83,12 +93,15 @@ void run_training(TrainEngine& engine, const TrainFlags& f, const TrainPlan& pla
   for (size_t i = hist.size() - n_tail; i < hist.size(); ++i) tail += hist[i].loss;
   tail /= static_cast<double>(std::max<size_t>(1, n_tail));
   const double tokens = static_cast<double>(ran * global.tokens());
+  std::string wrote;
+  if (!f.save.empty()) wrote += " " + f.save + " (checkpoint)";
+  for (const auto& [flag, path] : outputs) wrote += " " + path + " (" + flag.substr(2) + ")";
   fmt::print("done: {} steps in {}, {} tok/s, {:.1f} GFLOP/s; loss {:.4f} (step {}) -> {:.4f} (mean "
-             "of last {}){}{}\n",
+             "of last {}){}\n",
              ran, format_duration(wall.seconds()), format_count(tokens / compute_seconds),
              step_flops * static_cast<double>(ran) / compute_seconds / 1e9,
              hist[hist.size() - static_cast<size_t>(ran)].loss, first_step + 1, tail, n_tail,
-             f.save.empty() ? "" : "; saved " + f.save, f.log.empty() ? "" : "; log " + f.log);
+             wrote.empty() ? "" : "; wrote" + wrote);
 }
 
 }  // namespace hp::cli

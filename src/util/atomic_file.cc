@@ -64,4 +64,39 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+namespace {
+
+// Creates `dir` when missing and a probe file in it; hp::Error naming `flag` when either fails.
+void probe_folder(const std::string& flag, const std::string& path, const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!dir.empty() && !fs::exists(dir, ec)) fs::create_directories(dir, ec);
+  HP_CHECK(!ec, "{} '{}': cannot create folder '{}' ({}); choose another path", flag, path,
+           dir.string(), ec.message());
+  HP_CHECK(dir.empty() || fs::is_directory(dir), "{} '{}': '{}' is not a folder; choose another path",
+           flag, path, dir.string());
+  const fs::path probe = (dir.empty() ? fs::path(".") : dir) /
+                         (".hp-write-check-" + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  HP_CHECK(fd >= 0, "{} '{}': cannot write in folder '{}' ({}); choose another path", flag, path,
+           dir.empty() ? "." : dir.string(), std::strerror(errno));
+  ::close(fd);
+  fs::remove(probe, ec);
+}
+
+}  // namespace
+
+void check_output_file(const std::string& flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  HP_CHECK(!path.empty(), "{} is empty; give a file path", flag);
+  std::error_code ec;
+  HP_CHECK(!fs::is_directory(path, ec), "{} '{}' is a folder; give a file path", flag, path);
+  probe_folder(flag, path, fs::path(path).parent_path());
+}
+
+void check_output_folder(const std::string& flag, const std::string& path) {
+  HP_CHECK(!path.empty(), "{} is empty; give a folder path", flag);
+  probe_folder(flag, path, std::filesystem::path(path));
+}
+
 }  // namespace hp

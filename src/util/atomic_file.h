@@ -15,6 +15,15 @@ void write_file_atomic(const std::string& path, std::string_view data);
 // Same, with the content produced by a callback writing into a stream (for large files).
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& writer);
 
+// Checks, before any work, that a file can be written at `path` later: creates its folder when
+// missing (the convention for output paths) and creates and removes a probe file there. Throws
+// hp::Error naming `flag` and saying why (a parent that is a file, a folder at `path`, no
+// permission, a full disk...).
+void check_output_file(const std::string& flag, const std::string& path);
+
+// The same for a folder that files will be written into (created when missing).
+void check_output_folder(const std::string& flag, const std::string& path);
+
 // Reads a whole file; throws hp::Error naming the path when it cannot.
 std::string read_file(const std::string& path);
 

@@ -464,6 +464,44 @@ TEST_F(CliTest, ProgressLinesOrInPlace) {
   EXPECT_NE(tty.out.find("\r\033[K"), std::string::npos) << tty.out;
 }
 
+// Output paths that cannot be written are refused before the first step, not after the run; the
+// summary lists what was written; missing folders are created.
+TEST_F(CliTest, OutputPathsAreCheckedBeforeTheFirstStep) {
+  fs::create_directories(path("busy"));
+  write_file_atomic(path("busy/notes.txt"), "someone's file");
+  const std::string run = "train --model=tiny --data=" + path("text.txt") +
+                          " --seq-len=16 --steps=3 --threads=1 ";
+  struct Case {
+    std::string flags, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--save=" + path("busy"), "neither empty nor a checkpoint"},
+           {"--log=" + path("text.txt") + "/l.jsonl", "is not a folder"},
+           {"--loss-svg=" + path("busy"), "is a folder"},
+           {"--save=" + path("text.txt") + "/ck", "cannot create folder"}}) {
+    const CmdResult r = helixpipe(run + c.flags);
+    EXPECT_NE(r.rc, 0) << c.flags << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.flags << "\n" << r.out;
+    EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << "a step ran: " << c.flags;
+  }
+  EXPECT_EQ(read_file(path("busy/notes.txt")), "someone's file");
+  const CmdResult g = helixpipe("init --model=tiny --out=" + path("m"));
+  ASSERT_EQ(g.rc, 0) << g.out;
+  const CmdResult gr = helixpipe("grad --checkpoint=" + path("m") + " --data=" + path("text.txt") +
+                                 " --seq-len=8 --out=" + path("busy"));
+  EXPECT_NE(gr.rc, 0);
+  EXPECT_NE(gr.out.find("--out '" + path("busy") + "' is a folder"), std::string::npos) << gr.out;
+  // Missing folders are created; the summary names every file.
+  const CmdResult ok = helixpipe(run + "--save=" + path("new/a/ck") + " --log=" +
+                                 path("new/b/l.jsonl") + " --loss-svg=" + path("new/c/l.svg"));
+  ASSERT_EQ(ok.rc, 0) << ok.out;
+  for (const std::string& p : {path("new/a/ck"), path("new/b/l.jsonl"), path("new/c/l.svg")}) {
+    EXPECT_TRUE(fs::exists(p)) << p;
+    EXPECT_NE(ok.out.find(p), std::string::npos) << p << "\n" << ok.out;
+  }
+  EXPECT_NE(ok.out.find("(checkpoint)"), std::string::npos) << ok.out;
+}
+
 TEST_F(CliTest, TokenizeThenTrainReadsTheSameTokens) {
   const CmdResult t = helixpipe("tokenize --input=" + path("text.txt") + " --out=" + path("t.tok"));
   ASSERT_EQ(t.rc, 0) << t.out;
