@@ -14,6 +14,7 @@
 #include "checkpoint/safetensors.h"
 #include "runtime/model_io.h"
 #include "util/error.h"
+#include "../error_text.h"
 
 namespace hp {
 namespace {
@@ -66,14 +67,7 @@ void save(const std::string& path, const ModelConfig& c,
   write_safetensors(path, list, {{"format", "pt"}});
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(ModelIo, TensorNamesAndShapes) {
   const ModelConfig c = tiny_config(false);

@@ -9,18 +9,12 @@
 #include <limits>
 
 #include "util/error.h"
+#include "../error_text.h"
 
 namespace hp {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(DeviceProfile, BuiltinsLoadWithTheirSources) {
   auto names = device_profile_names();

@@ -13,18 +13,12 @@
 
 #include "util/error.h"
 #include "util/model_config.h"
+#include "../error_text.h"
 
 namespace hp {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(JsonText, BytesAfterANulAreNotIgnored) {
   const std::string text("{\"a\": 1}\0{\"b\": 2}", 17);
