@@ -14,6 +14,7 @@
 #include "schedule/lower.h"
 #include "schedule/validate.h"
 #include "util/rng.h"
+#include "util/timer.h"
 
 using namespace hp;
 
@@ -69,7 +70,7 @@ int main(int argc, char** argv) {
       AdamW opt(*be);
       DistStepResult r = stage.loss_and_grads(tokens.data(), tokens.data());  // warm-up
       comm.barrier();
-      const double t0 = now_s();
+      const double t0 = now_seconds();
       for (int s = 0; s < steps; ++s) {
         r = stage.loss_and_grads(tokens.data(), tokens.data());
         stage.optimizer_step(opt, 1e-3, 1.0);
@@ -77,7 +78,7 @@ int main(int argc, char** argv) {
       comm.barrier();
       std::lock_guard<std::mutex> lock(mu);
       last[static_cast<size_t>(grid.p)] = r.stats;
-      if (grid.p == 0) seconds = now_s() - t0;
+      if (grid.p == 0) seconds = now_seconds() - t0;
     });
     double busy = 0, total = 0, wait = 0;
     std::string stash;

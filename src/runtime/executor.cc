@@ -4,16 +4,11 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 
 #include "util/error.h"
+#include "util/timer.h"
 
 namespace hp {
-
-double now_s() {
-  using clock = std::chrono::steady_clock;
-  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
-}
 
 namespace {
 
@@ -130,9 +125,9 @@ class StageExecutor::Link : public WalkTransport {
     ex_.ctx_.clear();
     for (size_t k = 0; k < c.parts.size(); ++k)
       ex_.ctx_.push_back(ex_.index_.context(stage, op, static_cast<int>(k)));
-    const double t0 = now_s();
+    const double t0 = now_seconds();
     loss_share_ += backend_.compute(c, ex_.ctx_, store_);
-    return {t0, now_s()};
+    return {t0, now_seconds()};
   }
   double start_send(int, const Message& m) override {
     Pending& p = ex_.sends_[m.id];
@@ -140,19 +135,19 @@ class StageExecutor::Link : public WalkTransport {
     ex_.pack(m, store_, p.buf);
     store_.backend().synchronize();  // the packed bytes are in place before the transport reads
     p.req = ex_.comm_.isend(p.buf.data(), bytes(m), m.dst, m.tag);
-    return now_s();
+    return now_seconds();
   }
   double start_recv(int, const Message& m) override {
     Pending& p = ex_.recvs_[m.id];
     p.buf = ex_.take_buffer(store_.backend(), bytes(m));
     p.req = ex_.comm_.irecv(p.buf.data(), bytes(m), m.src, m.tag);
-    return now_s();
+    return now_seconds();
   }
   OpTimes wait_send(int, const Message& m) override {
     Pending& p = ex_.sends_[m.id];
-    const double t0 = now_s();
+    const double t0 = now_seconds();
     ex_.comm_.wait(p.req, ex_.send_what_[m.id]);
-    const double t1 = now_s();
+    const double t1 = now_seconds();
     ex_.give_buffer(std::move(p.buf));  // the send buffer is free once the send completed
     // The values leave this stage: drop their live mark (the stash keeps what backward needs).
     for (const Value& v : ex_.values_[m.id]) store_.release(v, m.mb);
@@ -160,9 +155,9 @@ class StageExecutor::Link : public WalkTransport {
   }
   OpTimes wait_recv(int, const Message& m) override {
     Pending& p = ex_.recvs_[m.id];
-    const double t0 = now_s();
+    const double t0 = now_seconds();
     ex_.comm_.wait(p.req, ex_.recv_what_[m.id]);
-    const double t1 = now_s();
+    const double t1 = now_seconds();
     ex_.unpack(m, p.buf, store_);
     ex_.give_buffer(std::move(p.buf));
     return {t0, t1};
@@ -291,7 +286,7 @@ StageStats StageExecutor::run(ComputeBackend& backend, ValueStore& store,
                 " starts a step with values left in its store: " + store.describe());
   StageStats st;
   store.reset_peaks();
-  const double t_start = now_s();
+  const double t_start = now_seconds();
   bytes_.resize(values_.size());
   for (size_t id = 0; id < values_.size(); ++id) {
     bytes_[id] = 0;
@@ -309,7 +304,7 @@ StageStats StageExecutor::run(ComputeBackend& backend, ValueStore& store,
   if (after_last_compute) observers[n++] = &hook;
   walker_.reset();
   walker_.run(link, std::span<WalkObserver* const>(observers.data(), n));
-  st.total_s = now_s() - t_start;
+  st.total_s = now_seconds() - t_start;
   st.loss_share = link.loss_share();
   st.peak_stash_bytes = store.peak_stash_bytes();
   st.peak_bytes = store.peak_bytes();

@@ -72,13 +72,12 @@ struct StageStats {
 
 struct ExecutorOptions {
   // Append events (compute, waits, sends, receives) to this timeline, with times relative to
-  // `time_origin` (a steady-clock time in seconds from now_s()); null: no recording.
+  // `time_origin` (a steady-clock time in seconds from now_seconds(), util/timer.h); null: no
+  // recording.
   Timeline* timeline = nullptr;
   double time_origin = 0;
 };
 
-// Seconds on a steady clock (the executor's time base).
-double now_s();
 
 // One stage of a lowered schedule over a pipeline comm whose rank r plays stage r.
 class StageExecutor {

@@ -29,7 +29,7 @@ Measured measure_pipeline(Comm& world, const Schedule& sch, const BenchSetup& b,
     ExecutorOptions eo;
     if (want_timeline && r == b.steps) eo.timeline = &tl;
     grid.pipeline->barrier();
-    eo.time_origin = now_s();
+    eo.time_origin = now_seconds();
     DistStepResult res = st.loss_and_grads(b.tokens->data(), b.targets->data(), eo);
     if (r > 0) buf[static_cast<size_t>((r - 1) * P + grid.p)] = res.stats.total_s;
     last = res.stats;

@@ -1,11 +1,11 @@
 // Single-process trainer and the checkpoint <-> Params glue.
 #include "runtime/trainer.h"
 
-#include <chrono>
 #include <cmath>
 
 #include "runtime/model_io.h"
 #include "util/error.h"
+#include "util/timer.h"
 
 namespace hp {
 
@@ -134,7 +134,7 @@ void Trainer::load_optimizer(const std::string& path) {
 }
 
 StepRecord Trainer::step(const SequenceReader& data) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Timer timer;
   read_step_batch(data, state_.next_sequence, shape_, /*wrap=*/true, tokens_, targets_);
   Backend& be = params_.backend();
   tokens_dev_.upload(be, tokens_, cfg_.vocab, "token");
@@ -158,8 +158,7 @@ StepRecord Trainer::step(const SequenceReader& data) {
   state_.step += 1;
   state_.next_sequence += shape_.sequences();
   state_.tokens_seen += shape_.tokens();
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = timer.seconds();
   StepRecord r;
   r.step = state_.step;
   r.loss = loss;

@@ -20,6 +20,7 @@
 #include "schedule/validate.h"
 #include "sim/timeline.h"
 #include "util/error.h"
+#include "util/timer.h"
 
 namespace hp {
 namespace {
@@ -285,7 +286,7 @@ TEST(Executor, RecordsTimeline) {
   lower(sch, &cfg, B * S);
   auto tokens = test::random_tokens(B * S * 4, cfg.vocab, 8);
   std::vector<Timeline> tls(2);
-  const double origin = now_s();
+  const double origin = now_seconds();
   LocalWorld world(2);
   world.run([&](Comm& comm) {
     GridComms grid = split_grid(comm, 1, 2);
