@@ -191,8 +191,8 @@ TrainPlan resolve_train_flags(const TrainFlags& f, const CLI::App& app) {
   HP_CHECK(f.save_every == 0 || !f.save.empty(), "--save-every needs --save DIR");
   HP_CHECK(f.stop_after >= 0, "--stop-after must be >= 0, got {}", f.stop_after);
   HP_CHECK(f.peak_gflops >= 0, "--peak-gflops must be >= 0, got {}", f.peak_gflops);
-  if (!f.log_interval.empty()) parse_log_interval(f.log_interval);
-  parse_progress_mode(f.progress);
+  if (!f.log_interval.empty()) plan.log_interval = parse_log_interval(f.log_interval);
+  plan.progress = parse_progress_mode(f.progress);
   HP_CHECK(std::isfinite(f.weight_decay) && f.weight_decay >= 0,
            "--weight-decay must be >= 0, got {}", f.weight_decay);
   HP_CHECK(std::isfinite(f.clip) && f.clip >= 0, "--clip must be >= 0 (0: no clipping), got {}",
@@ -244,6 +244,11 @@ TrainPlan resolve_train_flags(const TrainFlags& f, const CLI::App& app) {
   HP_CHECK(f.stop_after == 0 || f.stop_after > st.step,
            "--stop-after {} is not after the current step {}", f.stop_after, st.step);
   return plan;
+}
+
+int64_t last_step(const TrainFlags& f, const TrainState& state) {
+  const int64_t total = state.lr.total;
+  return f.stop_after > 0 ? std::min(f.stop_after, total) : total;
 }
 
 Precision apply_precision(TrainPlan& plan, Backend& be) {

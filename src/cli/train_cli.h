@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint.h"
 #include "data/token_file.h"
 #include "kernels/backend.h"
+#include "runtime/progress.h"
 #include "runtime/trainer.h"
 #include "runtime/train_state.h"
 #include "util/model_config.h"
@@ -76,6 +77,8 @@ struct TrainPlan {
   TrainState state;                      // fresh, or the saved one with flag overrides applied
   ModelOptions model_options;
   std::string precision;                 // the --precision value (resume: the saved one unless given)
+  ProgressMode progress = ProgressMode::kAuto;  // --progress
+  std::optional<LogInterval> log_interval;      // --log-interval (none: about 5% of the run)
   std::string notes;                     // lines to print (e.g. a resumed run that changed its LR)
 };
 
@@ -91,6 +94,9 @@ MfuPeak resolve_mfu_peak(const TrainFlags& f);
 // Checks the flags (clear hp::Error for each bad combination) and resolves them. `app` tells which
 // flags were given explicitly: on --resume, only those override the saved settings.
 TrainPlan resolve_train_flags(const TrainFlags& f, const CLI::App& app);
+
+// The step a run ends at: --stop-after when given (and not past --steps), else the schedule's last.
+int64_t last_step(const TrainFlags& f, const TrainState& state);
 
 // Resolves plan.precision on `be` (resolve_precision), records the result in plan.state (so a
 // resumed run continues in it) and, when a resumed run changes precision, adds a note.

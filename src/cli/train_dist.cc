@@ -117,8 +117,7 @@ int train_dist_main(int argc, char** argv) {
       if (std::sscanf(k, "%d:%lld", &kill_rank, &kill_step) != 2)
         throw Error(fmt::format("HP_TEST_KILL_RANK='{}' should be RANK:STEP, e.g. 1:3", k));
     }
-    const int64_t total = trainer.state().lr.total;
-    const int64_t end = f.stop_after > 0 ? std::min(f.stop_after, total) : total;
+    const int64_t end = last_step(f, trainer.state());
     // The last step is recorded when --trace or --timeline asks for it.
     Timeline tl;
     auto before = [&](int64_t next) {

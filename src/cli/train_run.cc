@@ -26,7 +26,7 @@ void run_training(TrainEngine& engine, const TrainFlags& f, const TrainPlan& pla
   }
   const TrainState& st = engine.state();
   const int64_t total = st.lr.total;
-  const int64_t end = f.stop_after > 0 ? std::min(f.stop_after, total) : total;
+  const int64_t end = last_step(f, st);
   const int64_t first_step = st.step;
   const double step_flops = train_step_flops(cfg, global);
   // MFU against the peak of every rank together (per-rank peak x ranks).
@@ -52,11 +52,11 @@ void run_training(TrainEngine& engine, const TrainFlags& f, const TrainPlan& pla
 
   MetricsLog log;
   if (launch.root && !f.log.empty()) log.open(f.log, plan.resumed);
-  LogInterval every{std::max<int64_t>(1, (end - first_step) / 20), 0};
-  if (!f.log_interval.empty()) every = parse_log_interval(f.log_interval);
-  ProgressLine progress(
-      stdout, launch.root && progress_in_place(parse_progress_mode(f.progress), launch.ranks == 1),
-      total, every);
+  const LogInterval every =
+      plan.log_interval.value_or(LogInterval{std::max<int64_t>(1, (end - first_step) / 20), 0});
+  ProgressLine progress(stdout,
+                        launch.root && progress_in_place(plan.progress, launch.ranks == 1), total,
+                        every);
   const Timer wall;
   double compute_seconds = 0;
   auto on_step = [&](const StepRecord& r) {

@@ -23,19 +23,13 @@ DistTrainer::DistTrainer(Comm& world, Schedule sch, int data_parallel, const Mod
       opt_(be, state.adamw),
       state_(std::move(state)) {
   shape_.validate();
-  state_.lr.validate();
-  state_.adamw.validate();
-  HP_CHECK(state_.clip >= 0 && state_.clip <= TrainState::kMaxClip,
-           "--clip must be in [0, {}] (0: no clipping), got {}", TrainState::kMaxClip, state_.clip);
   HP_CHECK(sch_.microbatches == shape_.microbatches,
            "the schedule has {} micro-batches but a replica's step has {}; make them agree",
            sch_.microbatches, shape_.microbatches);
   global_.microbatches = shape_.microbatches * data_parallel;
+  check_and_record_run(state_, global_);  // the global batch: M per replica x D
   stage_ = std::make_unique<DistStage>(sch_, grid_, cfg_, be_, shape_.microbatch_size,
                                        shape_.seq_len, model_opt, prec);
-  state_.seq_len = global_.seq_len;
-  state_.microbatch_size = global_.microbatch_size;
-  state_.microbatches = global_.microbatches;  // the global batch: M per replica x D
 }
 
 void DistTrainer::load_params(const CheckpointInfo& info) {

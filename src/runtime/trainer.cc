@@ -118,14 +118,18 @@ Trainer::Trainer(const ModelConfig& cfg, Params& params, ModelOptions model_opt,
       opt_(params.backend(), state_.adamw),
       refs_(param_refs(params)),
       store_(params.backend(), params.precision()) {
-  shape_.validate();
-  state_.lr.validate();
-  state_.adamw.validate();
-  HP_CHECK(state_.clip >= 0 && state_.clip <= TrainState::kMaxClip,
-           "--clip must be in [0, {}] (0: no clipping), got {}", TrainState::kMaxClip, state_.clip);
-  state_.seq_len = shape_.seq_len;
-  state_.microbatch_size = shape_.microbatch_size;
-  state_.microbatches = shape_.microbatches;
+  check_and_record_run(state_, shape_);
+}
+
+void check_and_record_run(TrainState& state, const StepShape& global) {
+  global.validate();
+  state.lr.validate();
+  state.adamw.validate();
+  HP_CHECK(state.clip >= 0 && state.clip <= TrainState::kMaxClip,
+           "--clip must be in [0, {}] (0: no clipping), got {}", TrainState::kMaxClip, state.clip);
+  state.seq_len = global.seq_len;
+  state.microbatch_size = global.microbatch_size;
+  state.microbatches = global.microbatches;
 }
 
 void Trainer::load_optimizer(const std::string& path) {

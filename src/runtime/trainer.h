@@ -68,6 +68,10 @@ struct StepShape {
 void read_step_batch(const SequenceReader& reader, int64_t first, const StepShape& shape, bool wrap,
                      std::vector<int32_t>& tokens, std::vector<int32_t>& targets);
 
+// Checks a run's settings (the global step shape, LR schedule, AdamW settings, clip) and records
+// the shape in `state`; Trainer and DistTrainer both start with it.
+void check_and_record_run(TrainState& state, const StepShape& global);
+
 // What a training loop needs from a run, in one process (Trainer) or as one rank of a pipelined
 // job (DistTrainer, runtime/dist_trainer.h).
 class TrainEngine {
