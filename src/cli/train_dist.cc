@@ -66,7 +66,7 @@ int train_dist_main(int argc, char** argv) {
   TrainFlags f;
   add_train_flags(app, f);
   std::string sched_name = "helix", sched_file, transfer = "weights", trace, timeline;
-  int stages = 1, folds = 1, virt = 1, dp = 1;
+  int stages = 1, folds = 1, virt = 1, dp = 1, tp = 1;
   bool progress_thread = false;
   app.add_option("--schedule", sched_name, "gpipe, 1f1b, interleaved, zb1p or helix");
   app.add_option("--schedule-file", sched_file, "run this hand-written schedule (validated first)");
@@ -74,6 +74,10 @@ int train_dist_main(int argc, char** argv) {
   app.add_option("--folds", folds, "HelixPipe folds F")->check(CLI::PositiveNumber);
   app.add_option("--virtual", virt, "virtual stages (interleaved)")->check(CLI::PositiveNumber);
   app.add_option("--data-parallel", dp, "data-parallel replicas D")->check(CLI::PositiveNumber);
+  app.add_option("--tensor-parallel", tp,
+                 "tensor-parallel ranks T per stage (with sequence parallelism; "
+                 "docs/tensor-parallel.md); the job has D x P x T ranks")
+      ->check(CLI::PositiveNumber);
   app.add_option("--transfer", transfer, "weights or activations (helix)");
   app.add_option("--trace", trace, "Chrome trace JSON of the last measured step (rank 0 writes)");
   app.add_option("--timeline", timeline, "SVG timeline of the last measured step");
@@ -98,7 +102,7 @@ int train_dist_main(int argc, char** argv) {
     const std::string sched_label = sch.name;
     const int P = sch.num_stages;
     DistTrainer trainer(*world, std::move(sch), dp, cfg, *be, shape, plan.model_options, prec,
-                        plan.state);
+                        plan.state, tp);
     if (plan.source) {
       trainer.load_params(*plan.source);
     } else {
@@ -133,20 +137,26 @@ int train_dist_main(int argc, char** argv) {
     if (!timeline.empty()) launch.outputs.push_back({"--timeline", timeline});
     launch.ranks = world->size();
     launch.root = root;
-    launch.header = fmt::format("train (distributed): {} = {} x {} ranks (data x pipeline), "
-                                "schedule {}, {} micro-batches per replica",
-                                world->size(), dp, P, sched_label, M);
+    launch.header = fmt::format("train (distributed): {} = {} x {} x {} ranks (data x pipeline x "
+                                "tensor), schedule {}, {} micro-batches per replica",
+                                world->size(), dp, P, tp, sched_label, M);
     launch.after_step = [&](const StepRecord& r, nlohmann::json& line, std::string& extra) {
       const double bubble = 100.0 * trainer.last_bubble_fraction();
       extra += fmt::format("  bubble {:.1f}%", bubble);
       line["bubble_pct"] = bubble;
       line["peak_stash_bytes_rank0"] = trainer.last_peak_stash_bytes();
+      if (tp > 1) {  // rank 0's share: its group's collectives, waiting included
+        const TpGroup::Stats& t = trainer.last_tp_stats();
+        extra += fmt::format("  tp comm {:.3f}s", t.seconds);
+        line["tp_comm_s_rank0"] = t.seconds;
+        line["tp_bytes_sent_rank0"] = t.bytes_sent;
+      }
     };
     launch.after_loop = [&] {
       if (trace.empty() && timeline.empty()) return;
       // Stage 0 of replica 0 collects every stage's events and writes the files.
       GridComms& grid = trainer.grid();
-      if (grid.d != 0) return;
+      if (grid.d != 0 || grid.t != 0) return;  // one tensor rank's view of each stage
       gather_timeline(*grid.pipeline, tl);
       if (grid.p != 0) return;
       if (!trace.empty()) write_file_atomic(trace, render_chrome_trace(tl));
@@ -167,13 +177,17 @@ int grad_dist_main(int argc, char** argv) {
   GradFlags f;
   add_grad_flags(app, f);
   std::string sched_name = "helix", sched_file, transfer = "weights";
-  int stages = 1, folds = 1, virt = 1, dp = 1;
+  int stages = 1, folds = 1, virt = 1, dp = 1, tp = 1;
   app.add_option("--schedule", sched_name, "gpipe, 1f1b, interleaved, zb1p or helix");
   app.add_option("--schedule-file", sched_file, "run this hand-written schedule (validated first)");
   app.add_option("--stages", stages, "pipeline stages P")->check(CLI::PositiveNumber);
   app.add_option("--folds", folds, "HelixPipe folds F")->check(CLI::PositiveNumber);
   app.add_option("--virtual", virt, "virtual stages (interleaved)")->check(CLI::PositiveNumber);
   app.add_option("--data-parallel", dp, "data-parallel replicas D")->check(CLI::PositiveNumber);
+  app.add_option("--tensor-parallel", tp,
+                 "tensor-parallel ranks T per stage (with sequence parallelism; "
+                 "docs/tensor-parallel.md); the job has D x P x T ranks")
+      ->check(CLI::PositiveNumber);
   app.add_option("--transfer", transfer, "weights or activations (helix)");
   if (auto rc = parse_flags(app, argc, argv)) return *rc;
   auto world = MpiComm::init_world(&argc, &argv, CommOptions{});
@@ -190,7 +204,7 @@ int grad_dist_main(int argc, char** argv) {
     const Schedule sch = flag_schedule(sched_name, sched_file, cfg, B * S, stages, M, folds, virt,
                                        parse_recompute(f.recompute),
                                        app.get_option("--recompute")->count() > 0, transfer);
-    GridComms grid = split_grid(*world, dp, sch.num_stages);
+    GridComms grid = split_grid(*world, dp, sch.num_stages, tp);
     auto be = make_cpu_backend(f.threads);
     ModelOptions mo;
     mo.mlp_chunk = f.mlp_chunk;
@@ -206,9 +220,9 @@ int grad_dist_main(int argc, char** argv) {
     read_step_batch(reader, 0, shape, /*wrap=*/false, tokens, targets);
     const int64_t off = static_cast<int64_t>(grid.d) * M * B * S;
     DistStepResult r = stage.loss_and_grads(tokens.data() + off, targets.data() + off);
-    Params full(cfg, grid.d == 0 && grid.p == 0 ? Params::all_parts(cfg) : std::vector<Part>{},
-                *be);
-    if (grid.d == 0) stage.gather_grads(grid.p == 0 ? &full : nullptr);
+    const bool writer = grid.d == 0 && grid.p == 0 && grid.t == 0;  // world rank 0
+    Params full(cfg, writer ? Params::all_parts(cfg) : std::vector<Part>{}, *be);
+    if (grid.d == 0) stage.gather_grads(writer ? &full : nullptr);
     if (world->rank() == 0) {
       std::vector<float> host;
       const auto grads = params_write_tensors(full, host, /*grads=*/true);
@@ -216,9 +230,9 @@ int grad_dist_main(int argc, char** argv) {
                         {{"format", "pt"},
                          {"helixpipe", "gradients of the mean loss"},
                          {"loss", fmt::format("{:.9g}", r.loss)}});
-      fmt::print("wrote {}: gradients of {} tensors over {} sequences of {} tokens ({} x {} ranks, "
-                 "schedule {}, {})\n",
-                 f.out, grads.size(), shape.sequences(), S, dp, sch.num_stages, sch.name,
+      fmt::print("wrote {}: gradients of {} tensors over {} sequences of {} tokens ({} x {} x {} "
+                 "ranks, schedule {}, {})\n",
+                 f.out, grads.size(), shape.sequences(), S, dp, sch.num_stages, tp, sch.name,
                  stage.params().precision().name());
       fmt::print("{}\n", nlohmann::json{{"loss", r.loss}}.dump());
     }

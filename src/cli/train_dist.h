@@ -4,9 +4,10 @@
 
 namespace hp::cli {
 
-// `mpirun -np D*P helixpipe train --schedule=helix --folds=2 --stages=P [--data-parallel=D] ...`
+// `mpirun -np D*P*T helixpipe train --schedule=helix --folds=2 --stages=P [--data-parallel=D]
+// [--tensor-parallel=T] ...`
 int train_dist_main(int argc, char** argv);
-// `mpirun -np D*P helixpipe grad --stages=P ...`: the same gradient file as the single process.
+// `mpirun -np D*P*T helixpipe grad --stages=P ...`: the same gradient file as the single process.
 int grad_dist_main(int argc, char** argv);
 
 }  // namespace hp::cli

@@ -250,16 +250,20 @@ void Comm::barrier() {
   wait(r, "barrier");
 }
 
-GridComms split_grid(Comm& world, int data_parallel, int pipeline) {
-  HP_CHECK(data_parallel >= 1 && pipeline >= 1 && world.size() == data_parallel * pipeline,
-           "a {} x {} grid (data-parallel x pipeline) needs {} ranks, the job has {}; launch with "
-           "mpirun -np {}", data_parallel, pipeline, data_parallel * pipeline, world.size(),
-           data_parallel * pipeline);
+GridComms split_grid(Comm& world, int data_parallel, int pipeline, int tensor_parallel) {
+  const int64_t want = static_cast<int64_t>(data_parallel) * pipeline * tensor_parallel;
+  HP_CHECK(data_parallel >= 1 && pipeline >= 1 && tensor_parallel >= 1 && world.size() == want,
+           "a {} x {} x {} grid (data-parallel x pipeline x tensor-parallel) needs {} ranks, the "
+           "job has {}; launch with mpirun -np {}",
+           data_parallel, pipeline, tensor_parallel, want, world.size(), want);
   GridComms g;
-  g.d = world.rank() / pipeline;
-  g.p = world.rank() % pipeline;
-  g.pipeline = world.split(g.d, g.p);
-  g.data = world.split(g.p, g.d);
+  const int T = tensor_parallel, P = pipeline;
+  g.t = world.rank() % T;
+  g.p = world.rank() / T % P;
+  g.d = world.rank() / (T * P);
+  g.pipeline = world.split(g.d * T + g.t, g.p);
+  g.data = world.split(g.p * T + g.t, g.d);
+  g.tensor = world.split(g.d * P + g.p, g.t);
   return g;
 }
 

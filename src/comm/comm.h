@@ -129,14 +129,18 @@ class Comm {
   bool in_progress_ = false;
 };
 
-// Pipeline and data-parallel sub-communicators of a D x P world: world rank = d * P + p.
+// Pipeline, data-parallel and tensor-parallel sub-communicators of a D x P x T world:
+// world rank = (d * P + p) * T + t, tensor-parallel innermost (as Megatron-LM orders ranks), so a
+// tensor-parallel group is T neighbouring ranks, on one node when T divides the ranks per node.
+// With T = 1 this is world rank = d * P + p.
 struct GridComms {
-  int d = 0, p = 0;
-  std::unique_ptr<Comm> pipeline;  // the P ranks of replica d, rank p
-  std::unique_ptr<Comm> data;      // the D ranks holding stage p, rank d
+  int d = 0, p = 0, t = 0;
+  std::unique_ptr<Comm> pipeline;  // the P ranks of replica d, tensor rank t; rank p
+  std::unique_ptr<Comm> data;      // the D ranks holding stage p, tensor rank t; rank d
+  std::unique_ptr<Comm> tensor;    // the T ranks sharing stage p of replica d; rank t
 };
-// Collective over `world` (size must be D * P).
-GridComms split_grid(Comm& world, int data_parallel, int pipeline);
+// Collective over `world` (size must be D * P * T).
+GridComms split_grid(Comm& world, int data_parallel, int pipeline, int tensor_parallel = 1);
 
 // The tag for a schedule message id; throws hp::Error if it does not fit the transport's tags.
 int message_tag(const Comm& comm, int message_id);

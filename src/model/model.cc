@@ -6,6 +6,7 @@
 #include <array>
 
 #include "model/parts.h"
+#include "model/tensor_parallel.h"
 #include "util/error.h"
 
 namespace hp {
@@ -81,6 +82,8 @@ struct Model::Impl {
   Backend& be;
   const Precision prec;
   const ModelOptions& opt;
+  TpGroup* tp;  // null without tensor parallelism
+  const int tp_size;
   const int L;
   Workspace ws;
 
@@ -98,9 +101,9 @@ struct Model::Impl {
   bool last_only = false;
   std::vector<char> logits_host;  // staging for logits whose type differs from the sink's
 
-  Impl(const ModelConfig& c, Params& p, const ModelOptions& o)
-      : cfg(c), P(p), be(p.backend()), prec(p.precision()), opt(o),
-        L(static_cast<int>(c.layers)), ws(p.backend()) {}
+  Impl(const ModelConfig& c, Params& p, const ModelOptions& o, TpGroup* g)
+      : cfg(c), P(p), be(p.backend()), prec(p.precision()), opt(o), tp(g),
+        tp_size(g ? g->size() : 1), L(static_cast<int>(c.layers)), ws(p.backend()) {}
 
   // Store access for the running op.
   DataPtr in(Value v) { return st->get(v, mb); }
@@ -108,7 +111,7 @@ struct Model::Impl {
   DataPtr out(Value v) {
     if (DataPtr p = st->find(v, mb)) return p;  // recomputation rewrites a stashed value (same bits)
     created.push_back(v);
-    return st->create(v, mb, value_elems(v, cfg, d.tokens));
+    return st->create(v, mb, value_elems(v, cfg, d.tokens, tp_size));
   }
   static Value val(ValueKind kind, int l = 0) { return Value{kind, l}; }
   DataPtr work(Ws slot, int64_t elems) { return ws.get(slot, prec.compute, elems); }
@@ -401,7 +404,7 @@ struct Model::Impl {
     st = &store;
     batch = &data;
     mb = op.mb;
-    d = part_dims(cfg, data.batch, data.seq, opt.mlp_chunk, opt.head_chunk);
+    d = part_dims(cfg, data.batch, data.seq, opt.mlp_chunk, opt.head_chunk, tp);
     consumed.clear();
     created.clear();
     const size_t n = op.parts.size();
@@ -506,13 +509,21 @@ void Model::Impl::sink_logits(ConstDataPtr logits, int64_t row0, int64_t rows) {
     if ((row0 + r + 1) % d.seq == 0) emit(r, (row0 + r) / d.seq, 1);
 }
 
-Model::Model(Params& params, ModelOptions opt)
+Model::Model(Params& params, ModelOptions opt, TpGroup* tp)
     : cfg_(params.config()), params_(params), opt_(opt) {
   cfg_.validate();
   HP_CHECK(opt_.mlp_chunk >= 0 && opt_.head_chunk >= 0,
            "Model: mlp_chunk ({}) and head_chunk ({}) must be >= 0 (0 = no chunking)",
            opt_.mlp_chunk, opt_.head_chunk);
-  impl_ = std::make_unique<Impl>(cfg_, params_, opt_);
+  const TpShard group = tp ? tp->shard() : TpShard{};
+  HP_CHECK(params.tp() == group,
+           "Model: the parameters are tensor-parallel rank {} of {}, the model's group rank {} of {}; "
+           "build both from the same group",
+           params.tp().rank, params.tp().size, group.rank, group.size);
+  HP_CHECK(!tp || &tp->backend() == &params.backend(),
+           "Model: the tensor-parallel group stages on {}, the parameters live on {}",
+           tp ? tp->backend().name() : "", params.backend().name());
+  impl_ = std::make_unique<Impl>(cfg_, params_, opt_, tp);
 }
 
 Model::~Model() = default;
@@ -531,7 +542,8 @@ double Model::take_loss() {
   double loss = 0;
   for (size_t i = 0; i < n; ++i) loss += sums[i] * m.loss_scales[i];
   m.loss_scales.clear();
-  return loss;
+  // Each rank of a tensor-parallel group scored its own token rows.
+  return m.tp && m.tp_size > 1 ? m.tp->all_reduce(loss, "all-reduce of the loss") : loss;
 }
 
 int64_t Model::workspace_bytes() const { return impl_->ws.bytes(); }
@@ -539,6 +551,9 @@ int64_t Model::workspace_bytes() const { return impl_->ws.bytes(); }
 void Model::set_logits_sink(DataPtr out, bool last_only) {
   HP_CHECK(!out || out.dtype == DType::kF32 || out.dtype == DType::kF64,
            "Model: the logits sink must be f32 or f64 host memory, not {}", dtype_name(out.dtype));
+  HP_CHECK(!out || impl_->tp_size == 1,
+           "Model: logits are not collected under tensor parallelism (each rank holds its own token "
+           "rows); evaluate or sample with a model of one rank");
   impl_->logits_out = out;
   impl_->last_only = last_only;
 }

@@ -66,11 +66,17 @@ std::vector<Value> part_stash(const ComputeOp& op, size_t index, const PartConte
 std::vector<PartContext> local_contexts(const ComputeOp& op, Recompute policy,
                                         TransferMode transfer);
 
+class TpGroup;
+
 class Model {
  public:
   // Runs on params.backend() in params.precision(); keeps a reference to params (it must outlive
-  // the model).
-  explicit Model(Params& params, ModelOptions opt = {});
+  // the model). With `tp` (model/tensor_parallel.h; it must outlive the model) the model is one
+  // rank of a tensor-parallel group: params must be that rank's blocks (Params' TpShard), every
+  // rank of the group runs the same ops in the same order, the values are the rank's shares
+  // (values.h value_elems), and the gradients of the replicated tensors stay partial until
+  // reduce_replicated_grads().
+  explicit Model(Params& params, ModelOptions opt = {}, TpGroup* tp = nullptr);
   ~Model();
 
   // Runs one compute op for micro-batch op.mb; ctx[i] describes op.parts[i]. The store must be on
@@ -88,7 +94,8 @@ class Model {
   void run(const ComputeOp& op, const std::vector<PartContext>& ctx, ValueStore& store,
            const Batch& mb);
   // The loss of the head F ops run since the last call: each op's sum of token losses times its
-  // Batch::loss_scale, added in op order (one download for all of them). 0 when none ran.
+  // Batch::loss_scale, added in op order (one download for all of them). 0 when none ran. Under
+  // tensor parallelism, summed over the group (a collective when head ops ran).
   double take_loss();
 
   const ModelConfig& config() const { return cfg_; }

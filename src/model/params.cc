@@ -52,9 +52,13 @@ std::vector<Part> Params::all_parts(const ModelConfig& cfg) {
   return v;
 }
 
-Params::Params(const ModelConfig& cfg, std::vector<Part> parts, Backend& be, Precision prec)
-    : cfg_(cfg), be_(&be), prec_(prec) {
+Params::Params(const ModelConfig& cfg, std::vector<Part> parts, Backend& be, Precision prec,
+               TpShard tp)
+    : cfg_(cfg), be_(&be), prec_(prec), tp_(tp) {
   cfg_.validate();
+  HP_CHECK(tp.size >= 1 && tp.rank >= 0 && tp.rank < tp.size,
+           "Params: tensor-parallel rank {} of a group of {} is out of range", tp.rank, tp.size);
+  check_tensor_parallel(cfg_, tp.size);
   HP_CHECK(be.kernels().supports(prec), "Params: backend {} does not support precision {}",
            be.name(), prec.name());
   const int L = static_cast<int>(cfg_.layers);
@@ -74,10 +78,14 @@ Params::Params(const ModelConfig& cfg, std::vector<Part> parts, Backend& be, Pre
   slot_index_.assign(static_cast<size_t>(kSlots) * (L + 1), -1);
   const int64_t h = cfg_.hidden, kv = cfg_.kv_dim(), f = cfg_.intermediate, V = cfg_.vocab;
   int64_t off = 0;
+  // split: -1 whole, 0 a block of rows, 1 a block of columns (TpShard).
   auto add = [&](Part p, Slot s, int layer, std::string name, std::vector<int64_t> shape,
-                 bool mark_slot = true) {
+                 int split = -1, bool mark_slot = true) {
     ParamTensor t;
     t.name = std::move(name);
+    t.full_shape = shape;
+    t.split_dim = tp.size > 1 ? split : -1;
+    if (t.split_dim >= 0) shape[static_cast<size_t>(t.split_dim)] /= tp.size;
     t.shape = std::move(shape);
     t.numel = 1;
     for (int64_t d : t.shape) t.numel *= d;
@@ -95,16 +103,16 @@ Params::Params(const ModelConfig& cfg, std::vector<Part> parts, Backend& be, Pre
       case PartKind::kEmbed: add(p, Slot::kEmbed, 0, "model.embed_tokens.weight", {V, h}); break;
       case PartKind::kPre:
         add(p, Slot::kNorm1, l, pre + "input_layernorm.weight", {h});
-        add(p, Slot::kWqkv, l, pre + "self_attn.q_proj.weight", {h, h});
-        add(p, Slot::kWqkv, l, pre + "self_attn.k_proj.weight", {kv, h}, false);
-        add(p, Slot::kWqkv, l, pre + "self_attn.v_proj.weight", {kv, h}, false);
+        add(p, Slot::kWqkv, l, pre + "self_attn.q_proj.weight", {h, h}, 0);
+        add(p, Slot::kWqkv, l, pre + "self_attn.k_proj.weight", {kv, h}, 0, false);
+        add(p, Slot::kWqkv, l, pre + "self_attn.v_proj.weight", {kv, h}, 0, false);
         break;
       case PartKind::kPost:
-        add(p, Slot::kWo, l, pre + "self_attn.o_proj.weight", {h, h});
+        add(p, Slot::kWo, l, pre + "self_attn.o_proj.weight", {h, h}, 1);
         add(p, Slot::kNorm2, l, pre + "post_attention_layernorm.weight", {h});
-        add(p, Slot::kGate, l, pre + "mlp.gate_proj.weight", {f, h});
-        add(p, Slot::kUp, l, pre + "mlp.up_proj.weight", {f, h});
-        add(p, Slot::kDown, l, pre + "mlp.down_proj.weight", {h, f});
+        add(p, Slot::kGate, l, pre + "mlp.gate_proj.weight", {f, h}, 0);
+        add(p, Slot::kUp, l, pre + "mlp.up_proj.weight", {f, h}, 0);
+        add(p, Slot::kDown, l, pre + "mlp.down_proj.weight", {h, f}, 1);
         break;
       case PartKind::kHead:
         add(p, Slot::kFinalNorm, 0, "model.norm.weight", {h});
@@ -180,7 +188,13 @@ void Params::init(uint64_t seed) {
       continue;
     }
     Rng rng(seed * 0x9E3779B97F4A7C15ull ^ name_hash(t.name));
-    for (int64_t i = 0; i < t.numel; ++i) p[i] = 0.02 * rng.normal();
+    if (t.split_dim < 0) {
+      for (int64_t i = 0; i < t.numel; ++i) p[i] = 0.02 * rng.normal();
+      continue;
+    }
+    std::vector<double> full(static_cast<size_t>(t.numel) * static_cast<size_t>(tp_.size));
+    for (double& v : full) v = 0.02 * rng.normal();
+    cut_shard(t, tp_, full.data(), p);
   }
   set_values(host);
 }
@@ -200,7 +214,13 @@ int Params::copy_from(const Params& other) {
   for (const ParamTensor& t : tensors_) {
     const ParamTensor* o = other.find(t.name);
     if (!o) continue;
-    std::copy(src.begin() + o->offset, src.begin() + o->offset + t.numel, dst.begin() + t.offset);
+    if (other.tp_.size == 1 && tp_.size > 1) {  // whole tensors into this rank's blocks
+      cut_shard(t, tp_, src.data() + o->offset, dst.data() + t.offset);
+    } else {
+      HP_CHECK(other.tp_ == tp_, "Params: cannot copy tensor-parallel rank {} of {} into rank {} of {}",
+               other.tp_.rank, other.tp_.size, tp_.rank, tp_.size);
+      std::copy(src.begin() + o->offset, src.begin() + o->offset + t.numel, dst.begin() + t.offset);
+    }
     ++n;
   }
   set_values(dst);

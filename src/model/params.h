@@ -24,6 +24,15 @@ namespace hp {
 //   head: kFinalNorm (h), kLmHead (vocab, h)              model.norm.weight, lm_head.weight
 enum class Slot : uint8_t { kEmbed, kNorm1, kWqkv, kWo, kNorm2, kGate, kUp, kDown, kFinalNorm, kLmHead };
 
+// This rank's place in a tensor-parallel group of `size` ranks (docs/tensor-parallel.md). Its
+// Params hold the rows of W_qkv of heads/size query heads and kv_heads/size key/value heads, the
+// matching columns of W_o, intermediate/size rows of gate and up and columns of down; everything
+// else (embedding, norms, LM head) whole on every rank of the group.
+struct TpShard {
+  int rank = 0, size = 1;
+  bool operator==(const TpShard&) const = default;
+};
+
 // One named tensor in the arena. W_qkv is stored as three named tensors q_proj, k_proj, v_proj that
 // lie back to back, so together they are the (q, h) matrix the model multiplies with.
 struct ParamTensor {
@@ -33,7 +42,18 @@ struct ParamTensor {
   int64_t numel = 0;
   Part part;                   // the part that owns it
   bool decay = false;          // matrices decay, norm gains do not
+  // Tensor parallelism: the whole tensor's shape, and which dimension this rank holds a block of
+  // (block `rank` of `size` equal blocks), or -1 when it holds the whole tensor (replicated).
+  std::vector<int64_t> full_shape;
+  int split_dim = -1;
 };
+
+// The block of a tensor this rank holds, cut from the whole tensor's values (row-major
+// full_shape), and the inverse: `block` written into its place in `full`.
+template <typename T>
+void cut_shard(const ParamTensor& t, const TpShard& tp, const T* full, T* block);
+template <typename T>
+void place_shard(const ParamTensor& t, const TpShard& tp, const T* block, T* full);
 
 // The arenas live in a backend's memory: master weights and their gradients in the precision's
 // master type, and, when Precision::weight_copy(), a compute-type copy of the weights that the
@@ -46,13 +66,16 @@ class Params {
   // Lays out the parameters of `parts` (attention parts own none and are ignored; duplicates are
   // ignored) in `be`'s memory (which must outlive this). Arenas are zero until init() or a load
   // writes them.
+  // With `tp`, the tensors are this rank's blocks (TpShard); tp.size must divide heads, kv_heads
+  // and intermediate.
   Params(const ModelConfig& cfg, std::vector<Part> parts, Backend& be,
-         Precision prec = Precision::fp32());
+         Precision prec = Precision::fp32(), TpShard tp = {});
   // Every part of the model with parameters: embed, pre:1, post:1, ..., head.
   static std::vector<Part> all_parts(const ModelConfig& cfg);
 
   const ModelConfig& config() const { return cfg_; }
   const std::vector<Part>& parts() const { return parts_; }  // model order
+  const TpShard& tp() const { return tp_; }
   bool owns(Part p) const;
   Backend& backend() const { return *be_; }
   const Precision& precision() const { return prec_; }
@@ -76,7 +99,8 @@ class Params {
   DataPtr grad_at(Slot s, int layer = 0) const;
 
   // Deterministic initialization: each tensor from its own random stream seeded by (seed, name),
-  // so a stage holding some parts gets exactly the values the whole model would have.
+  // so a stage holding some parts, or a tensor-parallel rank holding blocks of them, gets exactly
+  // the values the whole model would have.
   // Matrices ~ N(0, 0.02^2), norm gains = 1. Computed on the host, then uploaded.
   void init(uint64_t seed);
   void zero_grad();
@@ -84,7 +108,8 @@ class Params {
   // writing master weights any way other than init(), set_values() or the optimizer.
   void refresh_weight_copy();
   // Copies the values of every tensor `other` also has (by name, converting between master
-  // types, through the host); returns how many were copied.
+  // types, through the host); returns how many were copied. `other` holds whole tensors or the
+  // same tensor-parallel blocks as this.
   int copy_from(const Params& other);
 
   // Host copies of a whole arena as T (the master type, or double for any master type), and an
@@ -117,6 +142,7 @@ class Params {
   ModelConfig cfg_;
   Backend* be_;
   Precision prec_;
+  TpShard tp_;
   std::vector<Part> parts_;
   std::vector<ParamTensor> tensors_;
   std::vector<int64_t> slot_index_;  // (slot, layer) -> offset, -1 when not held
@@ -155,6 +181,40 @@ void Params::from_host(Buffer& b, const std::vector<T>& host) {
            dtype_name(dtype_of<T>()));
   const std::vector<float> f(host.begin(), host.end());
   be_->upload(b.data(), f.data(), b.bytes());
+}
+
+template <typename T>
+void cut_shard(const ParamTensor& t, const TpShard& tp, const T* full, T* block) {
+  if (t.split_dim < 0) {
+    std::copy(full, full + t.numel, block);
+    return;
+  }
+  const int64_t rows = t.full_shape[0], cols = t.full_shape.size() > 1 ? t.full_shape[1] : 1;
+  if (t.split_dim == 0) {
+    const int64_t n = rows / tp.size * cols;
+    std::copy(full + tp.rank * n, full + (tp.rank + 1) * n, block);
+    return;
+  }
+  const int64_t w = cols / tp.size;
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy(full + r * cols + tp.rank * w, full + r * cols + (tp.rank + 1) * w, block + r * w);
+}
+
+template <typename T>
+void place_shard(const ParamTensor& t, const TpShard& tp, const T* block, T* full) {
+  if (t.split_dim < 0) {
+    std::copy(block, block + t.numel, full);
+    return;
+  }
+  const int64_t rows = t.full_shape[0], cols = t.full_shape.size() > 1 ? t.full_shape[1] : 1;
+  if (t.split_dim == 0) {
+    const int64_t n = rows / tp.size * cols;
+    std::copy(block, block + n, full + tp.rank * n);
+    return;
+  }
+  const int64_t w = cols / tp.size;
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy(block + r * w, block + (r + 1) * w, full + r * cols + tp.rank * w);
 }
 
 }  // namespace hp

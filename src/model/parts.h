@@ -20,17 +20,28 @@
 
 namespace hp {
 
+class TpGroup;
+
+// With tensor parallelism (tensor_parallel.h; docs/tensor-parallel.md) the dimensions are one
+// rank's: heads, kv_heads, kv, qkv, attn and ffn are the rank's share, and the values between the
+// norms and the residuals hold `rows` of the T token rows, starting at row0; X, A, Y, Z, Zf and
+// their gradients are (rows, h) then, the per-row statistics (rows), and the parts gather the
+// rows before a column-parallel GEMM and sum-scatter them after a row-parallel one. Without it
+// (tp null) rows = T, row0 = 0 and attn = h.
 struct PartDims {
   int64_t tokens = 1, batch = 1, seq = 1;  // T = batch * seq
   int64_t hidden = 1, kv = 1, qkv = 1, ffn = 1, vocab = 1;
   int64_t heads = 1, kv_heads = 1, head_dim = 1;
+  int64_t attn = 1;                        // heads * head_dim: columns of O, of W_o
+  int64_t rows = 1, row0 = 0;              // this rank's token rows of the sequence-split values
+  TpGroup* tp = nullptr;
   double rms_eps = 1e-5, rope_theta = 10000;
-  int64_t mlp_chunk = 1, head_chunk = 1;  // rows per chunk of the MLP / the logits, in [1, T]
-  AttnShape attn() const;
+  int64_t mlp_chunk = 1, head_chunk = 1;  // rows per chunk of the MLP (of T) / the logits (of rows)
+  AttnShape attn_shape() const;
 };
-// mlp_chunk / head_chunk 0 mean one chunk of all T rows.
+// mlp_chunk / head_chunk 0 mean one chunk of all rows. With `tp`, the dimensions of its rank.
 PartDims part_dims(const ModelConfig& cfg, int64_t batch, int64_t seq, int64_t mlp_chunk,
-                   int64_t head_chunk);
+                   int64_t head_chunk, TpGroup* tp = nullptr);
 
 // ---- embed ----------------------------------------------------------------------------------
 // X (T,h) [c] = table (V,h) [c] rows of tokens (T).

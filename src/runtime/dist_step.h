@@ -1,9 +1,11 @@
-// One distributed training step over a D x P grid (world rank = d * P + p; comm/split_grid):
-// replica d runs the lowered schedule on its P pipeline ranks over its own micro-batches, then the
-// gradients of each stage are summed over the D replicas (started right after the stage's last
-// compute op, so the all-reduce overlaps the trailing sends), and the loss is reduced over stages
-// and replicas. Every rank ends with the global mean loss and the gradient of that mean for the
-// parameters of its stage; global_grad_norm() reduces the partial sums of squares over stages.
+// One distributed training step over a D x P x T grid (world rank = (d * P + p) * T + t;
+// comm/split_grid): replica d runs the lowered schedule on its P pipeline stages over its own
+// micro-batches, each stage held by a tensor-parallel group of T ranks (docs/tensor-parallel.md;
+// T = 1: one rank). After the stage's last compute op the group sums the gradients of its
+// replicated tensors, then the gradients of each stage are summed over the D replicas (overlapping
+// the trailing sends), and the loss is reduced over stages and replicas. Every rank ends with the
+// global mean loss and the gradient of that mean for its block of its stage's parameters;
+// global_grad_norm() reduces the partial sums of squares over the group and the stages.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "model/params.h"
+#include "model/tensor_parallel.h"
 #include "runtime/executor.h"
 #include "runtime/optimizer.h"
 #include "schedule/ir.h"
@@ -33,6 +36,7 @@ std::vector<Part> stage_parts(const Schedule& sch, int stage);
 struct DistStepResult {
   double loss = 0;  // global mean loss (identical on every rank)
   StageStats stats;  // this rank's stage
+  TpGroup::Stats tp;  // this rank's tensor-parallel collectives in the step (none without TP)
 };
 
 class DistStage {
@@ -59,16 +63,16 @@ class DistStage {
   // update of this stage's parameters with `opt` (one AdamW per rank, holding its stage's moments).
   // Returns the global norm before clipping. Call on every rank after loss_and_grads.
   double optimizer_step(AdamW& opt, double lr, double max_norm);
-  // Copies every stage's parameters into `full` (a whole-model Params) on world rank 0 of the
-  // pipeline group of replica 0 (for checkpoints); other ranks only send. Collective over the
-  // pipeline group.
+  // Copies every stage's parameters into `full` (a whole-model Params) on stage 0, tensor rank 0
+  // (for checkpoints); other ranks only send. Collective over the replica's ranks: a stage's
+  // group first assembles whole tensors on its rank 0, then those ranks send to stage 0.
   void gather_params(Params* full);
   // The same for the gradients (into full's gradients, by tensor name).
   void gather_grads(Params* full);
-  // The AdamW moments of every stage (`opt` holds this stage's), as optimizer.safetensors tensors
-  // (exp_avg.<name>, exp_avg_sq.<name>, f32) on stage 0 of the pipeline group: views into
-  // `storage` and into `opt`'s host copies, valid while both live. The other stages send theirs
-  // and get an empty list. Collective over the pipeline group.
+  // The AdamW moments of every stage (`opt` holds this rank's), as optimizer.safetensors tensors
+  // (exp_avg.<name>, exp_avg_sq.<name>, f32, whole) on stage 0, tensor rank 0: views into
+  // `storage` and into `opt`'s host copies, valid while both live. The other ranks send theirs
+  // and get an empty list. Collective over the replica's ranks.
   std::vector<StWriteTensor> gather_optimizer_state(AdamW& opt,
                                                     std::vector<std::vector<float>>& storage);
 
@@ -78,14 +82,23 @@ class DistStage {
   const Schedule& schedule() const { return sch_; }
   int stage() const { return grid_.p; }
   int replica() const { return grid_.d; }
+  int tensor_rank() const { return grid_.t; }
+  TpGroup* tensor_group() { return tp_.get(); }
   GridComms& grid() { return grid_; }
 
  private:
+  // The stage's parameters (or gradients) as whole tensors on tensor rank 0, assembled from the
+  // group's blocks; nullptr on the other ranks, which send theirs. Collective over the group.
+  std::unique_ptr<Params> assemble_stage(bool grads);
+  void pipeline_gather_params(const Params& mine, Params* full);
+  void pipeline_gather_grads(const Params& mine, Params* full);
+
   const Schedule& sch_;
   GridComms& grid_;
   ModelConfig cfg_;
   int64_t b_, s_;
   Backend& be_;
+  std::unique_ptr<TpGroup> tp_;  // null without tensor parallelism
   std::unique_ptr<Params> params_;
   std::unique_ptr<Model> model_;
   ValueStore store_;

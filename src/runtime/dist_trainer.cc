@@ -12,10 +12,10 @@ namespace hp {
 
 DistTrainer::DistTrainer(Comm& world, Schedule sch, int data_parallel, const ModelConfig& cfg,
                          Backend& be, StepShape shape, ModelOptions model_opt, Precision prec,
-                         TrainState state)
+                         TrainState state, int tensor_parallel)
     : world_(world),
       sch_(std::move(sch)),
-      grid_(split_grid(world, data_parallel, sch_.num_stages)),
+      grid_(split_grid(world, data_parallel, sch_.num_stages, tensor_parallel)),
       cfg_(cfg),
       be_(be),
       shape_(shape),
@@ -58,6 +58,7 @@ StepRecord DistTrainer::step(const SequenceReader& data) {
   world_.allreduce_sum(busy_total, 2);
   bubble_ = busy_total[1] > 0 ? 1 - busy_total[0] / busy_total[1] : 0;
   peak_stash_ = r.stats.peak_stash_bytes;
+  tp_stats_ = r.tp;
   state_.step += 1;
   state_.next_sequence += global_.sequences();
   state_.tokens_seen += global_.tokens();

@@ -1,4 +1,5 @@
-// One rank's share of a pipelined training run over a D x P grid (comm/split_grid): the same
+// One rank's share of a pipelined training run over a D x P x T grid (comm/split_grid; T tensor-
+// parallel ranks per stage, docs/tensor-parallel.md): the same
 // contract as the single-process Trainer (runtime/trainer.h) -- one update on the next global
 // batch, a whole-model checkpoint -- over a DistStage. Replica d reads micro-batches d*M .. d*M+M-1
 // of every global batch of M*D micro-batches, so a run reads the same sequences at any D and P as
@@ -20,12 +21,13 @@ namespace hp {
 
 class DistTrainer : public TrainEngine {
  public:
-  // Collective over `world` (D * P ranks; P = sch.num_stages). `sch` must be lowered for (cfg,
+  // Collective over `world` (D * P * T ranks; P = sch.num_stages). `sch` must be lowered for (cfg,
   // B*S) with shape.microbatches micro-batches: `shape` is one replica's share of a step. The
   // stage's parameters live in `be` (which must outlive this) in `prec`, uninitialised until
   // init_params or load_params.
   DistTrainer(Comm& world, Schedule sch, int data_parallel, const ModelConfig& cfg, Backend& be,
-              StepShape shape, ModelOptions model_opt, Precision prec, TrainState state);
+              StepShape shape, ModelOptions model_opt, Precision prec, TrainState state,
+              int tensor_parallel = 1);
 
   void init_params() { stage_->params().init(state_.seed); }
   void load_params(const CheckpointInfo& info);
@@ -47,6 +49,8 @@ class DistTrainer : public TrainEngine {
   // rank) and this rank's peak stash.
   double last_bubble_fraction() const { return bubble_; }
   int64_t last_peak_stash_bytes() const { return peak_stash_; }
+  // This rank's tensor-parallel collectives in the last step's forward and backward.
+  const TpGroup::Stats& last_tp_stats() const { return tp_stats_; }
 
   const StepShape& global_shape() const { return global_; }
   const Schedule& schedule() const { return sch_; }
@@ -68,6 +72,7 @@ class DistTrainer : public TrainEngine {
   Timeline* timeline_ = nullptr;
   double bubble_ = 0;
   int64_t peak_stash_ = 0;
+  TpGroup::Stats tp_stats_;
 };
 
 }  // namespace hp

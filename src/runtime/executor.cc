@@ -176,7 +176,7 @@ class StageExecutor::Link : public WalkTransport {
 };
 
 StageExecutor::StageExecutor(const Schedule& sch, int stage, Comm& pipeline, const ModelConfig& cfg,
-                             int64_t tokens_per_mb)
+                             int64_t tokens_per_mb, int tensor_parallel)
     : sch_(checked(sch, stage, pipeline)),
       stage_(stage),
       comm_(pipeline),
@@ -199,15 +199,16 @@ StageExecutor::StageExecutor(const Schedule& sch, int stage, Comm& pipeline, con
     for (const std::string& name : m.values) {
       const Value v = Value::parse(name);
       values_[m.id].push_back(v);
-      elems_[m.id].push_back(value_elems(v, cfg, tokens_per_mb));
+      elems_[m.id].push_back(value_elems(v, cfg, tokens_per_mb, tensor_parallel));
       total_elems_[m.id] += elems_[m.id].back();
     }
     const int64_t total = total_elems_[m.id];
-    // The lowering sizes messages at 4 bytes per element (f32), whatever precision runs them.
-    if (m.bytes != 0 && m.bytes != total * static_cast<int64_t>(sizeof(float)))
+    // The lowering sizes whole messages at 4 bytes per element (f32), whatever precision runs
+    // them; a tensor-parallel rank moves exactly 1/T of each (value_elems checks divisibility).
+    const int64_t whole = total * static_cast<int64_t>(sizeof(float)) * tensor_parallel;
+    if (m.bytes != 0 && m.bytes != whole)
       throw Error("executor: message " + std::to_string(m.id) + " is sized " +
-                  std::to_string(m.bytes) + " bytes but its values take " +
-                  std::to_string(total * 4) +
+                  std::to_string(m.bytes) + " bytes but its values take " + std::to_string(whole) +
                   " for this model and micro-batch; lower the schedule with the same model "
                   "config and micro-batch tokens");
     (void)message_tag(comm_, m.tag);  // throws when the tag does not fit the transport

@@ -84,8 +84,11 @@ class StageExecutor {
  public:
   // `sch` must be lowered with sizes for `cfg` and `tokens_per_mb` (lower(sch, &cfg, B*S)); the
   // executor checks this and that pipeline.size() == sch.num_stages. It keeps references.
+  // With `tensor_parallel` = T > 1 this is one rank of a stage's tensor-parallel group: it sends
+  // and receives its 1/T of every message (values.h value_elems with tp = T) to and from the
+  // same-rank member of the neighbouring stages' groups (docs/tensor-parallel.md).
   StageExecutor(const Schedule& sch, int stage, Comm& pipeline, const ModelConfig& cfg,
-                int64_t tokens_per_mb);
+                int64_t tokens_per_mb, int tensor_parallel = 1);
   StageExecutor(const StageExecutor&) = delete;
   StageExecutor& operator=(const StageExecutor&) = delete;
 

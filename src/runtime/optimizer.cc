@@ -115,11 +115,15 @@ double clip_factor(double norm, double max_norm) {
   return max_norm / norm;
 }
 
-int64_t ParamRef::numel() const {
+namespace {
+int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
   return n;
 }
+}  // namespace
+
+int64_t ParamRef::numel() const { return numel_of(shape); }
 
 AdamW::Moments& AdamW::moments(const ParamRef& p) {
   Moments& mo = state_[p.name];
@@ -167,14 +171,20 @@ std::vector<StWriteTensor> AdamW::state_tensors(std::span<const ParamRef> params
 
 void AdamW::load_state(const SafetensorsReader& file, std::span<const ParamRef> params,
                        int64_t steps) {
-  std::vector<float> host;
+  std::vector<float> host, whole;
   for (const ParamRef& p : params) {
     Moments& mo = moments(p);
     HP_CHECK(mo.m.dtype() == DType::kF32, "optimizer state of '{}' is {}; checkpoints hold f32",
              p.name, dtype_name(mo.m.dtype()));
     host.resize(static_cast<size_t>(p.numel()));
     for (auto [b, prefix] : {std::pair{&mo.m, "exp_avg."}, {&mo.v, "exp_avg_sq."}}) {
-      file.read_f32(prefix + p.name, p.shape, host.data());
+      if (p.sharded()) {
+        whole.resize(static_cast<size_t>(numel_of(p.tensor->full_shape)));
+        file.read_f32(prefix + p.name, p.tensor->full_shape, whole.data());
+        cut_shard(*p.tensor, p.tp, whole.data(), host.data());
+      } else {
+        file.read_f32(prefix + p.name, p.shape, host.data());
+      }
       // A NaN, an infinity or a negative second moment would turn every later update into NaN.
       const bool second = b == &mo.v;
       for (int64_t i = 0; i < p.numel(); ++i) {

@@ -15,6 +15,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "kernels/backend.h"
+#include "model/params.h"
 
 namespace hp {
 
@@ -61,7 +62,12 @@ struct ParamRef {
   DataPtr param;
   ConstDataPtr grad;
   DataPtr weight_copy;
+  // With tensor parallelism, the tensor this is a block of (split_dim, full_shape) and the rank's
+  // place in the group: checkpoints hold whole tensors, load_state cuts this rank's block.
+  const ParamTensor* tensor = nullptr;
+  TpShard tp;
   int64_t numel() const;
+  bool sharded() const { return tensor != nullptr && tensor->split_dim >= 0 && tp.size > 1; }
 };
 
 // AdamW state (m, v) for a set of named parameters, in the backend's memory in the parameters'
@@ -79,7 +85,8 @@ class AdamW {
   // optimizer.safetensors tensors: "exp_avg.<name>" and "exp_avg_sq.<name>" (full, unsharded,
   // f32). The views point at host copies inside this object: keep it alive while writing.
   std::vector<StWriteTensor> state_tensors(std::span<const ParamRef> params);
-  // Loads m and v for `params` (shapes checked) and the step count.
+  // Loads m and v for `params` (shapes checked; a sharded ParamRef reads the whole tensor and keeps
+  // its block) and the step count.
   void load_state(const SafetensorsReader& file, std::span<const ParamRef> params, int64_t steps);
 
  private:

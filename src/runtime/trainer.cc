@@ -15,7 +15,7 @@ std::vector<ParamRef> param_refs(Params& params) {
   const bool copy = params.precision().weight_copy();
   for (const ParamTensor& t : params.tensors()) {
     refs.push_back({t.name, t.shape, params.data().at(t.offset), params.grads().at(t.offset),
-                    copy ? params.compute_data().at(t.offset) : DataPtr()});
+                    copy ? params.compute_data().at(t.offset) : DataPtr(), &t, params.tp()});
   }
   return refs;
 }
@@ -41,6 +41,12 @@ void load_checkpoint_params(const CheckpointInfo& info, Params& params) {
            "checkpoints hold f32 weights; load them into f32 master weights (precision fp32 or "
            "bf16), not {}",
            dtype_name(params.precision().master));
+  if (params.tp().size > 1) {  // checkpoints hold whole tensors: load them, keep this rank's blocks
+    Params whole(params.config(), params.parts(), params.backend(), params.precision());
+    load_checkpoint_params(info, whole);
+    params.copy_from(whole);
+    return;
+  }
   std::vector<float> host = params.host_values<float>();
   load_model_safetensors(info.model_path, params.config(), [&](const std::string& name) -> float* {
     const ParamTensor* t = params.find(name);

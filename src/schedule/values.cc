@@ -88,26 +88,31 @@ Value Value::parse(std::string_view text) {
   fail("bad value '{}': unknown name '{}' (see docs/memory.md for the value names)", text, name);
 }
 
-int64_t value_elems(const Value& x, const ModelConfig& cfg, int64_t tokens) {
-  const int64_t T = tokens, h = cfg.hidden, q = cfg.qkv_dim(), f = cfg.intermediate;
+int64_t value_elems(const Value& x, const ModelConfig& cfg, int64_t tokens, int tp) {
+  check_tensor_parallel(cfg, tp, tokens);
+  // Sequence-parallel values hold 1/tp of the token rows; head- and ffn-parallel ones all rows of
+  // 1/tp of the heads or of the MLP's columns (docs/tensor-parallel.md).
+  const int64_t T = tokens, Ts = tokens / tp, h = cfg.hidden, f = cfg.intermediate / tp;
+  const int64_t q = (cfg.hidden + 2 * cfg.kv_dim()) / tp, ha = cfg.hidden / tp;
   switch (x.kind) {
-    case ValueKind::kX: case ValueKind::kA: case ValueKind::kO: case ValueKind::kY:
-    case ValueKind::kZ: case ValueKind::kZf: case ValueKind::kdX: case ValueKind::kdR:
-    case ValueKind::kdA: case ValueKind::kdO:
-      return T * h;
+    case ValueKind::kX: case ValueKind::kA: case ValueKind::kY: case ValueKind::kZ:
+    case ValueKind::kZf: case ValueKind::kdX: case ValueKind::kdR: case ValueKind::kdA:
+      return Ts * h;
+    case ValueKind::kO: case ValueKind::kdO:
+      return T * ha;
     case ValueKind::kRstd1: case ValueKind::kRstd2: case ValueKind::kRstdF: case ValueKind::kLseCE:
-      return T;
+      return Ts;
     case ValueKind::kW: case ValueKind::kdW:
       return q * h;
     case ValueKind::kQKV: case ValueKind::kQKVr: case ValueKind::kdQKV:
       return T * q;
     case ValueKind::kLse:
-      return cfg.heads * T;
+      return cfg.heads / tp * T;
     case ValueKind::kG: case ValueKind::kU: case ValueKind::kH: case ValueKind::kdG:
     case ValueKind::kdU:
       return T * f;
     case ValueKind::kdLogits:
-      return T * cfg.vocab;
+      return Ts * cfg.vocab;
   }
   return 0;
 }
@@ -125,9 +130,9 @@ int ElemBytes::of(ValueKind k) const {
 }
 
 int64_t values_bytes(const std::vector<Value>& vs, const ModelConfig& cfg, int64_t tokens,
-                     ElemBytes eb) {
+                     ElemBytes eb, int tp) {
   int64_t n = 0;
-  for (const Value& x : vs) n += value_elems(x, cfg, tokens) * eb.of(x.kind);
+  for (const Value& x : vs) n += value_elems(x, cfg, tokens, tp) * eb.of(x.kind);
   return n;
 }
 

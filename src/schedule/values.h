@@ -57,8 +57,12 @@ struct Value {
   }
 };
 
-// Elements of one value for a micro-batch of `tokens` = b*s tokens.
-int64_t value_elems(const Value& v, const ModelConfig& cfg, int64_t tokens);
+// Elements of one value for a micro-batch of `tokens` = b*s tokens, on one rank of a
+// tensor-parallel group of `tp` ranks (docs/tensor-parallel.md): the values between RMSNorms and
+// residuals (X, A, Y, Z, Zf, their gradients, the per-row statistics, dlogits) hold tokens/tp rows;
+// the attention's (W, QKV, QKVr, O, lse and gradients) heads/tp of the heads, and the MLP's (G, U,
+// H, dG, dU) intermediate/tp columns. tp must divide heads, kv_heads, intermediate and tokens.
+int64_t value_elems(const Value& v, const ModelConfig& cfg, int64_t tokens, int tp = 1);
 
 // Where a part runs relative to its neighbours; decides what it keeps and ships.
 struct PartContext {
@@ -102,6 +106,6 @@ struct ElemBytes {
 
 // Sum over a list of value_elems times each value's element bytes.
 int64_t values_bytes(const std::vector<Value>& vs, const ModelConfig& cfg, int64_t tokens,
-                     ElemBytes eb = {});
+                     ElemBytes eb = {}, int tp = 1);
 
 }  // namespace hp

@@ -191,6 +191,35 @@ TEST_F(DistCliTest, GradUnderMpirunEqualsSingleProcess) {
                          {4, "--schedule=helix --stages=2 --folds=2 --data-parallel=2", false}});
 }
 
+// --tensor-parallel=T (docs/tensor-parallel.md) on an untied grouped-query model (8 heads over 4
+// key/value heads): the gradient file equals the single process's within 1e-6 for HelixPipe,
+// 1F1B and ZB1P with T = 2 x P = 2, T = 2 x D = 2 and T = 4 alone; a group size that does not
+// divide the heads is refused by every rank before anything is written.
+TEST_F(DistCliTest, GradWithTensorParallelEqualsSingleProcess) {
+  write_file_atomic(path("tp.json"),
+                    R"({"hidden_size": 32, "intermediate_size": 48, "num_attention_heads": 8,
+                        "num_key_value_heads": 4, "num_hidden_layers": 4, "vocab_size": 256,
+                        "tie_word_embeddings": false})");
+  ASSERT_EQ(run(0, "init --model=" + path("tp.json") + " --seed=5 --out=" + path("m")).rc, 0);
+  expect_pipelined_grad(
+      "", "x 2 ranks",
+      {{4, "--schedule=helix --stages=2 --folds=2 --tensor-parallel=2", false},
+       {4, "--schedule=1f1b --stages=2 --tensor-parallel=2", false},
+       {4, "--schedule=zb1p --stages=2 --tensor-parallel=2", false},
+       {4, "--schedule=gpipe --stages=1 --tensor-parallel=2 --data-parallel=2", false}});
+  expect_pipelined_grad("", "x 4 ranks", {{4, "--schedule=gpipe --stages=1 --tensor-parallel=4",
+                                           false}});
+  const RunResult bad = run(3, fmt::format("grad --checkpoint={} --data={} --seq-len=24 "
+                                           "--microbatch-size=2 --microbatches=4 --threads=1 "
+                                           "--schedule=gpipe --stages=1 --tensor-parallel=3 "
+                                           "--out={}",
+                                           path("m"), path("text.txt"), path("g3.st")));
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.out.find("a tensor-parallel group of 3 must divide"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("groups that work: 1, 2, 4"), std::string::npos) << bad.out;
+  EXPECT_FALSE(fs::exists(path("g3.st")));
+}
+
 // --precision=bf16 reaches every stage: the pipelined gradient in bf16 equals the single
 // process's bf16 gradient (bitwise for GPipe, within f32 summation order for HelixPipe with two
 // replicas) and differs from the fp32 one.

@@ -83,8 +83,8 @@ TEST(AdamW, MatchesReferenceOverManySteps) {
 TEST(AdamW, NoDecayForVectors) {
   // The AdamW class decays matrices only: a norm gain with zero gradient stays put.
   std::vector<float> w = {1, 1, 1, 1}, gw = {0, 0, 0, 0}, gain = {1, 1}, gg = {0, 0};
-  std::vector<ParamRef> ps = {{"w", {2, 2}, w.data(), gw.data(), DataPtr()},
-                              {"g", {2}, gain.data(), gg.data(), DataPtr()}};
+  std::vector<ParamRef> ps = {{"w", {2, 2}, w.data(), gw.data(), DataPtr(), nullptr, {}},
+                              {"g", {2}, gain.data(), gg.data(), DataPtr(), nullptr, {}}};
   auto be = make_reference_backend();  // host memory: the vectors above are its memory too
   AdamW opt(*be, AdamWConfig{0.9, 0.95, 1e-8, 0.5});
   opt.step(ps, 0.1, 1.0);
@@ -98,7 +98,7 @@ TEST(AdamW, StateRoundTripContinuesIdentically) {
   Rng rng(9);
   for (auto& x : w) x = static_cast<float>(rng.normal());
   std::vector<ParamRef> ps = {
-      {"model.layers.0.mlp.up_proj.weight", {2, 3}, w.data(), g.data(), DataPtr()}};
+      {"model.layers.0.mlp.up_proj.weight", {2, 3}, w.data(), g.data(), DataPtr(), nullptr, {}}};
   auto be = make_cpu_backend(1);
   AdamW a(*be);
   for (int t = 0; t < 3; ++t) {
@@ -109,7 +109,7 @@ TEST(AdamW, StateRoundTripContinuesIdentically) {
                       ("hp_opt_" + std::to_string(::getpid()) + ".safetensors")).string();
   write_safetensors(path, a.state_tensors(ps));
   std::vector<float> w2 = w;
-  std::vector<ParamRef> ps2 = {{ps[0].name, {2, 3}, w2.data(), g.data(), DataPtr()}};
+  std::vector<ParamRef> ps2 = {{ps[0].name, {2, 3}, w2.data(), g.data(), DataPtr(), nullptr, {}}};
   AdamW b(*be);
   b.load_state(SafetensorsReader::open(path), ps2, a.steps());
   for (auto& x : g) x = static_cast<float>(rng.normal());
@@ -258,7 +258,7 @@ TEST(TrainState, OutOfRangeFieldsAreRefusedNamingFieldAndFile) {
 TEST(AdamW, NonFiniteOrNegativeMomentsAreRefusedNamingTheTensor) {
   std::vector<float> w(6, 1.f), g(6, 0.5f);
   std::vector<ParamRef> ps = {
-      {"model.layers.0.mlp.up_proj.weight", {2, 3}, w.data(), g.data(), DataPtr()}};
+      {"model.layers.0.mlp.up_proj.weight", {2, 3}, w.data(), g.data(), DataPtr(), nullptr, {}}};
   auto be = make_cpu_backend(1);
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("hp_opt_bad_" + std::to_string(::getpid()) + ".safetensors"))
