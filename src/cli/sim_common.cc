@@ -154,6 +154,7 @@ SimRun run_one(const ScheduleSpec& spec_in, const CostSetup& c, bool record_time
   SimOptions opt;
   opt.rendezvous = c.rendezvous;
   opt.shared_nic = c.shared_nic;
+  if (c.device) opt.comm_compute_share = c.device->comm_compute_share;
   opt.message_bytes_scale = 1.0 / c.layout.tp;  // each TP rank sends its shard on its own link
   opt.record_timeline = record_timeline;
   opt.tokens_per_microbatch = c.tokens_per_mb;

@@ -172,6 +172,7 @@ PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg, int64_t seq_len,
   lower(s, &cfg, tokens);
   SimOptions opt;
   opt.record_timeline = false;
+  opt.comm_compute_share = dev.comm_compute_share;
   opt.shared_nic = true;  // one NIC per GPU: a stage's inter-node messages share it
   opt.message_bytes_scale = e / 4.0 / t;
   opt.tokens_per_microbatch = tokens;
