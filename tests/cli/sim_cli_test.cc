@@ -320,6 +320,40 @@ TEST(SimulateCli, HelpHasExamples) {
 
 namespace {
 
+// plan states the overlap condition for HelixPipe: its per-layer bytes recomputed here from the
+// layout it names (1.3b: h = 2048, MHA so q = 3h; T = 32768; bf16): (p-1)/p of the qkvr bundle
+// (weights mode 2Th + hq, activations mode Tq + Th) and the ro bundle 2Th, / t; t_comm = bytes over
+// the h20 profile's link (NVLink 450 GB/s, or 50 GB/s across nodes).
+TEST(PlanCli, StatesTheOverlapCondition) {
+  int rc = 0;
+  auto j = helixpipe_json("plan --model=1.3b --seq-len=32768 --gpus=16 --device=h20 --format=json",
+                          &rc);
+  ASSERT_EQ(rc, 0);
+  ASSERT_TRUE(j["overlap"].contains("helix")) << j["overlap"].dump();
+  const auto& o = j["overlap"]["helix"];
+  const std::string layout = o["layout"], config = o["config"];
+  int t = 0, p = 0, d = 0;
+  ASSERT_EQ(std::sscanf(layout.c_str(), "TP%d x PP%d x DP%d", &t, &p, &d), 3) << layout;
+  ASSERT_NE(config.find("helix"), std::string::npos) << config;
+  const double T = 32768, h = 2048, q = 3 * h;
+  const double qkvr = config.find("weights") != std::string::npos ? 2 * T * h + h * q : T * q + T * h;
+  const double bytes = (p - 1.0) / p * (qkvr + 2 * T * h) * 2 / t;
+  EXPECT_NEAR(o["bytes_per_layer"].get<double>(), bytes, 1e-6 * bytes);
+  const double bw = o["inter_node"].get<bool>() ? 50e9 : 450e9;
+  EXPECT_NEAR(o["t_comm_s"].get<double>(), bytes / bw, 1e-9 * bytes / bw);
+  const double ta = o["t_attn_s"], tc = o["t_comm_s"];
+  EXPECT_GT(ta, 0);
+  EXPECT_EQ(o["holds"].get<bool>(), ta >= tc);
+  EXPECT_NE(o["text"].get<std::string>().find(ta >= tc ? "HelixPipe can hide its traffic"
+                                                        : "HelixPipe cannot hide its traffic here"),
+            std::string::npos)
+      << o["text"];
+  Ran text = helixpipe("plan --model=1.3b --seq-len=32768 --gpus=16 --device=h20");
+  ASSERT_EQ(text.rc, 0) << text.out;
+  EXPECT_NE(text.out.find("overlap per layer and micro-batch"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(o["text"].get<std::string>()), std::string::npos) << text.out;
+}
+
 TEST(PlanCli, RanksByThroughputAndRespectsTheMemoryLimit) {
   int rc = 0;
   auto roomy = helixpipe_json("plan --model=1.3b --seq-len=32768 --gpus=16 --device=h20 --memory=90 "
