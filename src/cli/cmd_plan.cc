@@ -131,17 +131,56 @@ int cmd_plan(int argc, char** argv) {
                       {"comm_exposed", r.comm_exposed}, {"memory_per_gpu_bytes", r.memory.total()}});
   }
   std::string reason;
+  // The overlap condition (sim/parallel.h) for the winner and for the best HelixPipe
+  // configuration; when no HelixPipe configuration fits, for helix F=2 on the winner's layout.
+  nlohmann::json overlap = nlohmann::json::object();
+  std::vector<std::string> overlap_lines;
   if (!fit.empty()) {
     const PlanResult& w = fit.front();
     auto other = std::find_if(fit.begin(), fit.end(),
                               [&](const PlanResult& r) { return r.c.schedule != w.c.schedule; });
     reason = other == fit.end() ? "no other schedule fits" : why(w, *other);
+    auto helix = std::find_if(fit.begin(), fit.end(),
+                              [](const PlanResult& r) { return r.c.schedule == "helix"; });
+    PlanCase hc;
+    std::string h_note;
+    if (helix != fit.end()) {
+      hc = helix->c;
+      h_note = fmt::format("best HelixPipe, rank {}", helix - fit.begin() + 1);
+    } else {
+      hc = w.c;
+      hc.schedule = "helix";
+      hc.folds = 2;
+      hc.virtual_stages = 1;
+      hc.recompute = Recompute::kNoAttn;
+      hc.transfer = TransferMode::kWeights;
+      h_note = "no HelixPipe configuration fits; the winner's layout";
+    }
+    auto entry = [&](const char* key, const PlanCase& c, const std::string& note) {
+      const OverlapCheck o = overlap_check(c, cfg, seq, dev);
+      overlap[key] = {{"config", c.label()}, {"layout", c.layout.str()},
+                      {"t_attn_s", o.t_attn}, {"t_comm_s", o.t_comm},
+                      {"bytes_per_layer", o.bytes}, {"inter_node", o.inter_node},
+                      {"holds", o.holds()}, {"text", o.describe()}};
+      if (c.schedule == "helix" && c.layout.pp > 1) {
+        overlap_lines.push_back(fmt::format("{} {} ({}): {}", c.layout.str(), c.label(), note,
+                                            o.describe()));
+      } else {
+        overlap_lines.push_back(fmt::format(
+            "{} {} ({}): attention {:.1f} ms, its own traffic {:.1f} ms per layer ({} on the {} "
+            "link)",
+            c.layout.str(), c.label(), note, o.t_attn * 1e3, o.t_comm * 1e3, human_bytes(o.bytes),
+            o.inter_node ? "inter-node" : "intra-node"));
+      }
+    };
+    if (w.c.schedule != "helix") entry("winner", w.c, "winner");
+    entry("helix", hc, w.c.schedule == "helix" ? "winner" : h_note);
   }
   if (format == "json") {
     fmt::print("{}\n", nlohmann::json{{"version", 1}, {"model", cfg.name}, {"device", dev.name},
                                       {"seq_len", seq}, {"gpus", gpus}, {"memory_bytes", memory},
                                       {"tried", tried}, {"fit", fit.size()}, {"ranked", ranked},
-                                      {"why", reason}}
+                                      {"why", reason}, {"overlap", overlap}}
                            .dump(2));
     return 0;
   }
@@ -162,6 +201,9 @@ int cmd_plan(int argc, char** argv) {
   }
   fmt::print("\nwinner: {} {} m={}\n  {}\n", fit.front().c.layout.str(), fit.front().c.label(),
              fit.front().c.microbatches, reason);
+  fmt::print("\noverlap per layer and micro-batch (forward, one GPU; HelixPipe needs attention >= "
+             "transfer):\n");
+  for (const std::string& line : overlap_lines) fmt::print("  {}\n", line);
   return 0;
 }
 

@@ -55,6 +55,17 @@ void add_cost_flags(CLI::App& app, CostFlags& f) {
                "a stage's inter-node messages share one network port (default: one wire per pair)");
 }
 
+void add_layout_flags(CLI::App& app, CostFlags& f) {
+  app.add_option("--tp", f.tp,
+                 "tensor-parallel GPUs per stage, with sequence parallelism (a power of two, at "
+                 "most the device's GPUs per node; needs --device; default 1)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--data-parallel", f.dp,
+                 "data-parallel pipelines: tokens/s counts all of them, and each iteration ends "
+                 "with the gradient all-reduce (needs --device; default 1)")
+      ->check(CLI::PositiveNumber);
+}
+
 void add_format_flag(CLI::App& app, std::string& format) {
   app.add_option("--format", format, "output: text or json")->check(CLI::IsMember({"text", "json"}));
 }
@@ -92,9 +103,20 @@ CostSetup build_cost(const CostFlags& f) {
   if (have_device) {
     HP_CHECK(c.model.has_value(), "--device needs --model=CONFIG and --seq-len=S");
     c.device = device_profile(f.device);
-    c.cost = CostModel::from_model(*c.model, f.seq_len, f.microbatch_size, *c.device, c.transfer);
+    HP_CHECK((f.tp & (f.tp - 1)) == 0 && f.tp <= c.device->gpus_per_node,
+             "--tp={}: tensor parallelism must be a power of two of at most the {} GPUs per node of "
+             "device '{}' (a TP group sits in one node)",
+             f.tp, c.device->gpus_per_node, c.device->name);
+    c.layout = {f.tp, 1, f.dp};
+    c.cost = parallel_costs(*c.model, f.seq_len, f.microbatch_size, *c.device, c.transfer, c.layout);
     c.elem_bytes = c.device->bytes_per_elem();
+    // A cluster layout: one network port per GPU, shared by a stage's inter-node messages (as
+    // plan and sweep assume).
+    if (f.tp > 1 || f.dp > 1) c.shared_nic = true;
   } else {
+    HP_CHECK(f.tp == 1 && f.dp == 1,
+             "--tp and --data-parallel need --model, --seq-len and --device (a part-cost file "
+             "holds one GPU's times, not how they split)");
     nlohmann::json j;
     std::string text = read_file(f.part_costs);
     try {
@@ -132,13 +154,16 @@ SimRun run_one(const ScheduleSpec& spec_in, const CostSetup& c, bool record_time
   SimOptions opt;
   opt.rendezvous = c.rendezvous;
   opt.shared_nic = c.shared_nic;
+  if (c.device) opt.comm_compute_share = c.device->comm_compute_share;
+  opt.message_bytes_scale = 1.0 / c.layout.tp;  // each TP rank sends its shard on its own link
   opt.record_timeline = record_timeline;
   opt.tokens_per_microbatch = c.tokens_per_mb;
   opt.stage_time_scale = stage_time_scale;
   run.result = simulate(run.schedule, c.cost, opt);
   if (cfg) {
     auto peaks = stash_peaks(run.schedule, *cfg, c.tokens_per_mb, c.elem_bytes);
-    for (size_t r = 0; r < peaks.size(); ++r) run.result.stages[r].peak_activation_bytes = peaks[r];
+    for (size_t r = 0; r < peaks.size(); ++r)
+      run.result.stages[r].peak_activation_bytes = peaks[r] / c.layout.tp;
   }
   return run;
 }

@@ -15,6 +15,7 @@
 #include "schedule/values.h"
 #include "sim/cost_model.h"
 #include "sim/device.h"
+#include "sim/parallel.h"
 #include "sim/simulator.h"
 #include "util/model_config.h"
 
@@ -39,6 +40,8 @@ struct CostFlags {
   std::string transfer = "weights";
   bool eager = false;            // eager sends instead of rendezvous
   bool shared_nic = false;       // a stage's inter-node messages share one port
+  int tp = 1;                    // tensor parallelism (with sequence parallelism) per stage
+  int dp = 1;                    // data-parallel pipelines
 };
 
 // Adds --schedule/--stages/--microbatches/--layers/--folds/--virtual. `with_schedule` false leaves
@@ -46,6 +49,9 @@ struct CostFlags {
 void add_shape_flags(CLI::App& app, ShapeFlags& f, bool with_schedule = true);
 // Adds --part-costs/--model/--seq-len/--device/--microbatch-size/--recompute/--transfer/--eager.
 void add_cost_flags(CLI::App& app, CostFlags& f);
+// Adds --tp and --data-parallel (sim/parallel.h: TP with sequence parallelism inside a node,
+// DP pipelines with a gradient all-reduce after the flush).
+void add_layout_flags(CLI::App& app, CostFlags& f);
 // Adds --format=text|json.
 void add_format_flag(CLI::App& app, std::string& format);
 
@@ -64,6 +70,9 @@ struct CostSetup {
   TransferMode transfer = TransferMode::kWeights;
   bool rendezvous = true;
   bool shared_nic = false;
+  // TP and DP degrees (pp is the schedule's stage count). With tp > 1 the cost model is
+  // parallel_costs(): compute / t plus the SP collectives; messages and stash are per GPU (/ t).
+  Layout layout;
 };
 // Checks the combination (exactly one of --part-costs or --device; --device needs --model and
 // --seq-len) and builds the cost model. Throws hp::Error saying what is missing.
@@ -78,8 +87,8 @@ struct SimRun {
   Schedule schedule;  // lowered
   SimResult result;
 };
-// Generates, lowers (message sizes from the model when known), simulates and fills the per-stage
-// peak activation bytes. Throws hp::Error from the generator when the shape is invalid.
+// Generates, lowers (message sizes from the model when known, / tp), simulates and fills the
+// per-stage peak activation bytes (per GPU: the stage's stash / tp). Throws hp::Error from the generator when the shape is invalid.
 // `stage_time_scale`: per-stage compute multipliers (SimOptions::stage_time_scale).
 SimRun run_one(const ScheduleSpec& spec, const CostSetup& c, bool record_timeline,
                const std::vector<double>& stage_time_scale = {});

@@ -86,6 +86,7 @@ nlohmann::json DeviceProfile::to_json() const {
           {"inter", link_json(inter)},
           {"gpus_per_node", gpus_per_node},
           {"memory_bytes", memory_bytes},
+          {"comm_compute_share", comm_compute_share},
           {"source", source}};
 }
 
@@ -94,14 +95,15 @@ DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::strin
   static const char* const kKnown[] = {"version",        "name",           "dtype",
                                        "peak_flops",     "mem_bandwidth_Bps", "gemm_efficiency",
                                        "attn_efficiency", "intra",          "inter",
-                                       "gpus_per_node",  "memory_bytes",   "source"};
+                                       "gpus_per_node",  "memory_bytes",   "source",
+                                       "comm_compute_share"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = false;
     for (const char* k : kKnown) known = known || it.key() == k;
     HP_CHECK(known,
              "{}: unknown device profile key '{}' (known: name, dtype, peak_flops, "
              "mem_bandwidth_Bps, gemm_efficiency, attn_efficiency, intra, inter, gpus_per_node, "
-             "memory_bytes, source, version)",
+             "memory_bytes, comm_compute_share, source, version)",
              where, it.key());
   }
   if (j.contains("version"))
@@ -143,6 +145,11 @@ DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::strin
   HP_CHECK(d.memory_bytes >= 0 && d.memory_bytes <= kMaxMemoryBytes,
            "{}: memory_bytes must be in [0, {}] (0: unknown), got {}; fix the profile", where,
            kMaxMemoryBytes, d.memory_bytes);
+  d.comm_compute_share = get_number(j, "comm_compute_share", where, false, 0);
+  HP_CHECK(d.comm_compute_share >= 0 && d.comm_compute_share < 1,
+           "{}: comm_compute_share is the fraction of compute a transfer takes, in [0, 1), got {}; "
+           "fix the profile (0: transfers overlap compute for free)",
+           where, d.comm_compute_share);
   if (j.contains("source")) {
     HP_CHECK(j["source"].is_string(), "{}: 'source' must be a string", where);
     d.source = j["source"].get<std::string>();

@@ -37,6 +37,11 @@ struct DeviceProfile {
   LinkProfile intra, inter;       // between devices of one node / of different nodes
   int gpus_per_node = 8;          // stage s lives on node s / gpus_per_node
   double memory_bytes = 0;        // device memory capacity
+  // Overlap erosion: the fraction of the device's compute a communication kernel takes while it
+  // moves a pipeline message (its thread blocks occupy SMs, its copies HBM bandwidth). Each
+  // transfer of d seconds delays the compute of its sender and of its receiver by
+  // comm_compute_share * d (SimOptions::comm_compute_share). In [0, 1); 0 = free overlap.
+  double comm_compute_share = 0;
   std::string source;             // where the figures come from
 
   int bytes_per_elem() const { return dtype == "fp32" ? 4 : 2; }

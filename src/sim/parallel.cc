@@ -87,6 +87,56 @@ int64_t max_stage_params(const ModelConfig& cfg, const std::string& schedule, in
   return layers * per_layer + std::max(embed, head);
 }
 
+GpuMemory gpu_memory(const ModelConfig& cfg, const std::string& schedule, const Layout& lay,
+                     int64_t tokens, double peak_stash_bytes, int64_t mlp_chunk, int e) {
+  const double t = lay.tp, d = lay.dp;
+  GpuMemory m;
+  const double params = static_cast<double>(max_stage_params(cfg, schedule, lay.pp)) / t;
+  m.model_states = params * (2 + 4 + 12.0 / d);
+  m.activations = peak_stash_bytes / t;
+  const double h = static_cast<double>(cfg.hidden), q = static_cast<double>(cfg.qkv_dim());
+  const double f = static_cast<double>(cfg.intermediate), T = static_cast<double>(tokens);
+  const double f_share = mlp_chunk > 0 ? std::min(1.0, static_cast<double>(mlp_chunk) / T) : 1.0;
+  m.working = T * (7 * h + q + 4 * f * f_share + 2 + static_cast<double>(cfg.heads)) * e / t;
+  return m;
+}
+
+OverlapCheck overlap_check(const PlanCase& pc, const ModelConfig& cfg, int64_t seq_len,
+                           const DeviceProfile& dev) {
+  const Layout& lay = pc.layout;
+  OverlapCheck o;
+  const CostModel cost = parallel_costs(cfg, seq_len, 1, dev, pc.transfer, lay);
+  o.t_attn = cost.part_time(PartKind::kAttn, Dir::kF);
+  const double T = static_cast<double>(seq_len), h = static_cast<double>(cfg.hidden);
+  const double q = static_cast<double>(cfg.qkv_dim()), p = lay.pp;
+  const double e = dev.bytes_per_elem(), t = lay.tp;
+  if (lay.pp > 1) {
+    if (pc.schedule == "helix") {
+      const double qkvr = pc.transfer == TransferMode::kWeights ? 2 * T * h + h * q : T * q + T * h;
+      o.bytes = (p - 1) / p * (qkvr + 2 * T * h) * e / t;
+    } else {
+      const double per_stage_layers = static_cast<double>(cfg.layers) / p;
+      o.bytes = T * h * e / t * pc.virtual_stages / per_stage_layers;
+    }
+  }
+  const int stages_per_node = std::max(1, dev.gpus_per_node / (lay.tp * lay.dp));
+  o.inter_node = lay.pp > stages_per_node;
+  const LinkProfile& link = o.inter_node ? cost.link(0, stages_per_node) : cost.link(0, 0);
+  o.t_comm = link.bandwidth_Bps > 0 ? o.bytes / link.bandwidth_Bps : 0;
+  return o;
+}
+
+std::string OverlapCheck::describe() const {
+  auto ms = [](double s) { return fmt::format("{:.1f} ms", s * 1e3); };
+  const char* link = inter_node ? "inter-node" : "intra-node";
+  if (holds())
+    return fmt::format("attention {} >= transfer {} on the {} link: HelixPipe can hide its traffic",
+                       ms(t_attn), ms(t_comm), link);
+  return fmt::format(
+      "attention {} < transfer {} on the {} link: HelixPipe cannot hide its traffic here",
+      ms(t_attn), ms(t_comm), link);
+}
+
 PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg, int64_t seq_len,
                     const DeviceProfile& dev, double memory_bytes, bool simulate_all) {
   PlanResult r;
@@ -114,12 +164,7 @@ PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg, int64_t seq_len,
   auto peaks = stash_peaks(s, cfg, tokens, e);
   const double stash = static_cast<double>(*std::max_element(peaks.begin(), peaks.end()));
   const double params = static_cast<double>(max_stage_params(cfg, pc.schedule, lay.pp)) / t;
-  r.memory.model_states = params * (2 + 4 + 12.0 / d);
-  r.memory.activations = stash / t;
-  const double h = static_cast<double>(cfg.hidden), q = static_cast<double>(cfg.qkv_dim());
-  const double f = static_cast<double>(cfg.intermediate), T = static_cast<double>(tokens);
-  const double f_share = pc.mlp_chunk > 0 ? std::min(1.0, static_cast<double>(pc.mlp_chunk) / T) : 1.0;
-  r.memory.working = T * (7 * h + q + 4 * f * f_share + 2 + static_cast<double>(cfg.heads)) * e / t;
+  r.memory = gpu_memory(cfg, pc.schedule, lay, tokens, stash, pc.mlp_chunk, e);
   r.fits = r.memory.total() <= memory_bytes;
   if (!r.fits && !simulate_all) return r;
 
@@ -127,6 +172,7 @@ PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg, int64_t seq_len,
   lower(s, &cfg, tokens);
   SimOptions opt;
   opt.record_timeline = false;
+  opt.comm_compute_share = dev.comm_compute_share;
   opt.shared_nic = true;  // one NIC per GPU: a stage's inter-node messages share it
   opt.message_bytes_scale = e / 4.0 / t;
   opt.tokens_per_microbatch = tokens;

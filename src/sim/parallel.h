@@ -89,6 +89,11 @@ struct PlanResult {
   std::string error;         // the schedule cannot run this shape (then fits = false)
 };
 
+// Memory per GPU of the busiest stage (see the top of this file): `peak_stash_bytes` is the stage's
+// whole peak stash (all of its TP group), `tokens` = b*s of one micro-batch, `mlp_chunk` 0 = none.
+GpuMemory gpu_memory(const ModelConfig& cfg, const std::string& schedule, const Layout& layout,
+                     int64_t tokens, double peak_stash_bytes, int64_t mlp_chunk, int bytes_per_elem);
+
 // Memory first (cheap: generate + stash); simulates only when it fits within `memory_bytes` (or
 // always when `simulate_all`).
 PlanResult evaluate(const PlanCase& c, const ModelConfig& cfg, int64_t seq_len,
@@ -99,6 +104,29 @@ PlanResult evaluate(const PlanCase& c, const ModelConfig& cfg, int64_t seq_len,
 // calls of microbatches / rounds each. Returns the first result that fits, else the last tried.
 PlanResult evaluate_fitting(PlanCase c, const ModelConfig& cfg, int64_t seq_len,
                             const DeviceProfile& dev, double memory_bytes);
+
+// The overlap condition (docs/design.md section 6): HelixPipe hides its transfers only when one
+// layer's attention lasts at least as long as that layer's traffic takes on the slowest link a
+// stage sends over. Per layer and micro-batch, forward, on one GPU of the TP group:
+//  - t_attn: the attention part's forward time (parallel_costs: compute / t plus its collective);
+//  - bytes: what the schedule moves per layer. helix: (p-1)/p of the qkvr bundle (weights mode
+//    2Th + h*q, activations mode Tq + Th elements) and of the ro bundle (2Th), / t; the other
+//    schedules: one T x h activation per stage boundary, V boundaries per stage of L/p layers
+//    (interleaved V = virtual_stages), / t; nothing without a pipeline;
+//  - the link: inter-node when the pipeline spans more than one node (pp > stages per node), else
+//    intra-node; t_comm = bytes / its bandwidth (latency left out: microseconds against
+//    milliseconds).
+struct OverlapCheck {
+  double t_attn = 0, t_comm = 0;
+  double bytes = 0;
+  bool inter_node = false;
+  bool holds() const { return t_attn >= t_comm; }
+  // "attention 31.0 ms < transfer 43.0 ms on the inter-node link: HelixPipe cannot hide its
+  // traffic here" (or ">= ...: HelixPipe can hide its traffic").
+  std::string describe() const;
+};
+OverlapCheck overlap_check(const PlanCase& c, const ModelConfig& cfg, int64_t seq_len,
+                           const DeviceProfile& dev);
 
 // Every TP x PP x DP layout of `gpus` GPUs with TP a power of two <= gpus_per_node, PP >= min_pp
 // dividing the layer count, DP the rest.

@@ -58,7 +58,14 @@ class SimClock : public WalkTransport {
     t.times.start = std::max({t.send_post, opt_.rendezvous ? t.recv_post : 0.0, free_at});
     const bool via_nic = opt_.shared_nic && &cost_.link(m.src, m.dst) != &cost_.link(m.src, m.src);
     if (via_nic) t.times.start = std::max({t.times.start, nic_out_[m.src], nic_in_[m.dst]});
-    t.times.sent = t.times.start + cost_.transfer_time(m.src, m.dst, t.times.bytes);
+    const double wire = cost_.transfer_time(m.src, m.dst, t.times.bytes);
+    t.times.sent = t.times.start + wire;
+    if (opt_.comm_compute_share > 0 && m.src != m.dst) {
+      for (int st : {m.src, m.dst}) {
+        now_[st] += opt_.comm_compute_share * wire;
+        res_.stages[st].busy += opt_.comm_compute_share * wire;
+      }
+    }
     if (via_nic) nic_out_[m.src] = nic_in_[m.dst] = t.times.sent;
     t.times.arrival = t.times.sent + cost_.latency(m.src, m.dst);
     free_at = t.times.sent;  // the wire is busy while bytes go out; latency overlaps the next
@@ -175,6 +182,8 @@ void check_options(const Schedule& sched, const SimOptions& opt) {
   HP_CHECK(p >= 1 && static_cast<int>(sched.stages.size()) == p,
            "simulate: schedule '{}' says {} stages but has {}", sched.name, p, sched.stages.size());
   HP_CHECK(opt.message_bytes_scale >= 0, "simulate: message_bytes_scale must be >= 0");
+  HP_CHECK(opt.comm_compute_share >= 0 && opt.comm_compute_share < 1,
+           "simulate: comm_compute_share must be in [0, 1), got {}", opt.comm_compute_share);
   HP_CHECK(opt.stage_time_scale.empty() || static_cast<int>(opt.stage_time_scale.size()) == p,
            "simulate: stage_time_scale has {} entries for {} stages", opt.stage_time_scale.size(), p);
   for (double x : opt.stage_time_scale)

@@ -29,6 +29,11 @@ struct SimOptions {
   // they go out one after another across all its peers, and arrive one after another at the
   // receiver. false: every directed stage pair has its own wire (enough for NVLink switches).
   bool shared_nic = false;
+  // Overlap erosion (DeviceProfile::comm_compute_share): a transfer of d seconds delays the
+  // compute stream of its sender and of its receiver by comm_compute_share * d (the SMs and HBM
+  // bandwidth its communication kernel takes). Charged when the transfer is placed, as busy time;
+  // an upper bound, since a stage that would have idled anyway loses nothing. In [0, 1).
+  double comm_compute_share = 0;
   // Message bytes are multiplied by this (lower() sizes fp32 values; 0.5 models bf16 transfers).
   double message_bytes_scale = 1.0;
   bool record_timeline = true;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -148,6 +149,97 @@ TEST(CompareCli, EverySchedulesSideBySide) {
   EXPECT_NE(text.out.find("interleaved V=2  n/a"), std::string::npos) << text.out;
 }
 
+// --tp / --data-parallel: one pipeline of a TP x PP x DP layout. Checked against the tp = dp = 1
+// run of the same command: messages and stash per GPU fall by t exactly (each TP rank holds and
+// sends a 1/t shard), DP multiplies the tokens and adds the gradient all-reduce to the iteration.
+TEST(CompareCli, TensorAndDataParallelLayouts) {
+  const std::string base = "compare --model=1.3b --seq-len=16384 --stages=4 --microbatches=8 "
+                           "--device=h20 --format=json";
+  int rc = 0;
+  auto one = helixpipe_json(base, &rc);
+  ASSERT_EQ(rc, 0);
+  auto tp2 = helixpipe_json(base + " --tp=2", &rc);
+  ASSERT_EQ(rc, 0);
+  auto dp4 = helixpipe_json(base + " --data-parallel=4", &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(tp2["tp"], 2);
+  EXPECT_EQ(dp4["data_parallel"], 4);
+  ASSERT_EQ(one["results"].size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    const auto &a = one["results"][i], &b = tp2["results"][i], &d = dp4["results"][i];
+    ASSERT_FALSE(a.contains("error")) << a.dump();
+    for (const char* k : {"label", "schedule", "folds", "recompute", "tokens_per_s",
+                          "speedup_vs_1f1b", "fits", "memory_per_gpu_bytes"}) {
+      EXPECT_TRUE(b.contains(k)) << k;
+      EXPECT_TRUE(d.contains(k)) << k;
+    }
+    EXPECT_EQ(a["label"], b["label"]);
+    // Without DP the iteration is the pipeline's makespan and tokens/s its own.
+    EXPECT_DOUBLE_EQ(a["iteration_s"].get<double>(), a["makespan"].get<double>());
+    EXPECT_DOUBLE_EQ(a["allreduce_s"].get<double>(), 0.0);
+    // Bytes per pair: each TP rank sends 1/2 of every message (rounded per message).
+    ASSERT_EQ(a["pair_bytes"].size(), b["pair_bytes"].size());
+    for (size_t k = 0; k < a["pair_bytes"].size(); ++k) {
+      const double full = a["pair_bytes"][k]["bytes"], half = b["pair_bytes"][k]["bytes"];
+      EXPECT_NEAR(half, full / 2, 1e4) << a["label"];
+    }
+    for (size_t st = 0; st < a["stages"].size(); ++st)
+      EXPECT_EQ(b["stages"][st]["peak_activation_bytes"].get<int64_t>(),
+                a["stages"][st]["peak_activation_bytes"].get<int64_t>() / 2);
+    // Half the compute per GPU, plus the SP collectives: faster, but not twice as fast.
+    EXPECT_LT(b["makespan"].get<double>(), a["makespan"].get<double>());
+    EXPECT_GT(b["makespan"].get<double>(), a["makespan"].get<double>() / 2);
+    // DP changes the placement (a node holds 8 / (t*d) = 2 stages instead of 8), so a DP row is
+    // checked against its own makespan.
+    const double it = d["iteration_s"], ar = d["allreduce_s"], mk = d["makespan"];
+    EXPECT_GT(ar, 0);
+    EXPECT_DOUBLE_EQ(it, mk + ar);
+    EXPECT_NEAR(d["tokens_per_s"].get<double>(), 4.0 * 8 * 16384 / it, 1e-6 * 4 * 8 * 16384 / it);
+    EXPECT_EQ(d["fits"].get<bool>(),
+              d["memory_per_gpu_bytes"].get<double>() <= dp4["memory_bytes"].get<double>());
+  }
+}
+
+// A row over the device's memory is marked, in JSON and in the table, not listed as if it ran.
+TEST(CompareCli, MarksRowsThatDoNotFit) {
+  const std::string args = "compare --model=7b --seq-len=131072 --stages=8 --microbatches=16 "
+                           "--device=h20";
+  int rc = 0;
+  auto j = helixpipe_json(args + " --format=json", &rc);
+  ASSERT_EQ(rc, 0);
+  const double limit = j["memory_bytes"];
+  EXPECT_DOUBLE_EQ(limit, 96e9);
+  int over = 0;
+  for (const auto& r : j["results"]) {
+    if (r.contains("error")) continue;
+    const double mem = r["memory_per_gpu_bytes"];
+    EXPECT_EQ(r["fits"].get<bool>(), mem <= limit) << r.dump();
+    // The three parts add up, and the stash part is the busiest stage's.
+    const auto& m = r["memory"];
+    EXPECT_NEAR(mem, m["model_states"].get<double>() + m["activations"].get<double>() +
+                         m["working"].get<double>(), 1.0);
+    int64_t peak = 0;
+    for (const auto& st : r["stages"]) peak = std::max(peak, st["peak_activation_bytes"].get<int64_t>());
+    EXPECT_NEAR(m["activations"].get<double>(), static_cast<double>(peak), 1.0);
+    over += r["fits"].get<bool>() ? 0 : 1;
+  }
+  // 1F1B without recomputation keeps up to 8 micro-batches of 4 layers at 128k on stage 0: far
+  // over 96 GB (tens of GiB per layer and micro-batch).
+  EXPECT_GT(over, 0);
+  Ran text = helixpipe(args);
+  ASSERT_EQ(text.rc, 0) << text.out;
+  EXPECT_NE(text.out.find("DOES NOT FIT"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("mem/GPU"), std::string::npos) << text.out;
+  // With TP8 the same pipeline's rows shrink by 8 and 1F1B fits.
+  auto tp8 = helixpipe_json(args + " --tp=8 --format=json", &rc);
+  ASSERT_EQ(rc, 0);
+  for (const auto& r : tp8["results"]) {
+    if (r["label"] == "1f1b") {
+      EXPECT_TRUE(r["fits"].get<bool>()) << r.dump();
+    }
+  }
+}
+
 TEST(SimulateCli, BadInputSaysWhatIsWrong) {
   TempDir d;
   std::string costs = d.file("costs.json", kUniform);
@@ -199,6 +291,14 @@ TEST(SimulateCli, BadInputSaysWhatIsWrong) {
       {"simulate --schedule=1f1b --stages=2 --microbatches=2 --frobnicate", "--frobnicate", 2},
       {"compare --model=7b --seq-len=4096 --stages=2 --microbatches=2 --device=h20 --folds=2",
        "leave out --folds", 1},
+      {"compare --model=7b --seq-len=4096 --stages=2 --microbatches=2 --device=h20 --tp=3",
+       "must be a power of two", 1},
+      {"compare --model=7b --seq-len=4096 --stages=2 --microbatches=2 --device=h20 --tp=16",
+       "at most the 8 GPUs per node", 1},
+      {"compare --stages=2 --microbatches=2 --layers=2 --part-costs=" + costs + " --tp=2",
+       "--tp and --data-parallel need --model", 1},
+      {"compare --stages=2 --microbatches=2 --layers=2 --part-costs=" + costs + " --data-parallel=0",
+       "--data-parallel", 2},
   };
   for (const Case& c : cases) {
     Ran r = helixpipe(c.args);
@@ -219,6 +319,40 @@ TEST(SimulateCli, HelpHasExamples) {
 }  // namespace
 
 namespace {
+
+// plan states the overlap condition for HelixPipe: its per-layer bytes recomputed here from the
+// layout it names (1.3b: h = 2048, MHA so q = 3h; T = 32768; bf16): (p-1)/p of the qkvr bundle
+// (weights mode 2Th + hq, activations mode Tq + Th) and the ro bundle 2Th, / t; t_comm = bytes over
+// the h20 profile's link (NVLink 450 GB/s, or 50 GB/s across nodes).
+TEST(PlanCli, StatesTheOverlapCondition) {
+  int rc = 0;
+  auto j = helixpipe_json("plan --model=1.3b --seq-len=32768 --gpus=16 --device=h20 --format=json",
+                          &rc);
+  ASSERT_EQ(rc, 0);
+  ASSERT_TRUE(j["overlap"].contains("helix")) << j["overlap"].dump();
+  const auto& o = j["overlap"]["helix"];
+  const std::string layout = o["layout"], config = o["config"];
+  int t = 0, p = 0, d = 0;
+  ASSERT_EQ(std::sscanf(layout.c_str(), "TP%d x PP%d x DP%d", &t, &p, &d), 3) << layout;
+  ASSERT_NE(config.find("helix"), std::string::npos) << config;
+  const double T = 32768, h = 2048, q = 3 * h;
+  const double qkvr = config.find("weights") != std::string::npos ? 2 * T * h + h * q : T * q + T * h;
+  const double bytes = (p - 1.0) / p * (qkvr + 2 * T * h) * 2 / t;
+  EXPECT_NEAR(o["bytes_per_layer"].get<double>(), bytes, 1e-6 * bytes);
+  const double bw = o["inter_node"].get<bool>() ? 50e9 : 450e9;
+  EXPECT_NEAR(o["t_comm_s"].get<double>(), bytes / bw, 1e-9 * bytes / bw);
+  const double ta = o["t_attn_s"], tc = o["t_comm_s"];
+  EXPECT_GT(ta, 0);
+  EXPECT_EQ(o["holds"].get<bool>(), ta >= tc);
+  EXPECT_NE(o["text"].get<std::string>().find(ta >= tc ? "HelixPipe can hide its traffic"
+                                                        : "HelixPipe cannot hide its traffic here"),
+            std::string::npos)
+      << o["text"];
+  Ran text = helixpipe("plan --model=1.3b --seq-len=32768 --gpus=16 --device=h20");
+  ASSERT_EQ(text.rc, 0) << text.out;
+  EXPECT_NE(text.out.find("overlap per layer and micro-batch"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(o["text"].get<std::string>()), std::string::npos) << text.out;
+}
 
 TEST(PlanCli, RanksByThroughputAndRespectsTheMemoryLimit) {
   int rc = 0;

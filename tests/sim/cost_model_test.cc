@@ -176,6 +176,10 @@ TEST(DeviceProfile, AbsurdFiguresAreRefused) {
        "d.json intra: latency_s must be in [0, 1000]"},
       {nlohmann::json::json_pointer("/intra/bandwidth_Bps"), 0.5,
        "d.json intra: bandwidth_Bps must be 0 (free)"},
+      {nlohmann::json::json_pointer("/comm_compute_share"), 1.0,
+       "d.json: comm_compute_share is the fraction of compute a transfer takes, in [0, 1)"},
+      {nlohmann::json::json_pointer("/comm_compute_share"), -0.1,
+       "d.json: comm_compute_share is the fraction of compute a transfer takes, in [0, 1)"},
   };
   for (const Case& c : cases) {
     nlohmann::json j = good;

@@ -167,6 +167,57 @@ TEST(Parallel, PipelineCallsTradeBubblesForMemory) {
   EXPECT_EQ(evaluate_fitting(big, cfg, 16384, dev, 1e15).c.rounds, 1);
 }
 
+// The overlap condition, worked by hand for the test model (h = 1024, q = h + 2h = 3072, L = 8) at
+// s = 8192 in bf16 (e = 2) with TP2 x PP8 x DP1: 8 / (2*1) = 4 stages per node, so the pipeline
+// spans two nodes and the slowest link is the inter-node one (25 GB/s).
+//   Th = 8192 * 1024 = 8 388 608 elements.
+//   helix, weights mode: qkvr = 2Th + h*q = 16 777 216 + 3 145 728 = 19 922 944; ro = 2Th =
+//     16 777 216; together 36 700 160 elements = 73 400 320 B; / t = 36 700 160 B; * 7/8 =
+//     32 112 640 B per layer; / 25e9 B/s = 1.2845056 ms.
+//   helix, activations mode: qkvr = Tq + Th = 25 165 824 + 8 388 608 = 33 554 432; with ro
+//     50 331 648 elements = 100 663 296 B; / 2 * 7/8 = 44 040 192 B; / 25e9 = 1.76160768 ms.
+//   1f1b: one T x h activation per stage of L/p = 1 layer: 16 777 216 B / 2 = 8 388 608 B per
+//     layer; / 25e9 = 0.33554432 ms. Interleaved V=2 has two boundaries: 16 777 216 B.
+//   With TP2 x PP4 x DP1 the four stages share a node: NVLink, 200 GB/s.
+TEST(Parallel, OverlapConditionByHand) {
+  const ModelConfig cfg = test_model();
+  const DeviceProfile dev = test_device();
+  PlanCase h = helix_case({2, 8, 1}, 16);
+  OverlapCheck o = overlap_check(h, cfg, 8192, dev);
+  EXPECT_TRUE(o.inter_node);
+  EXPECT_DOUBLE_EQ(o.bytes, 32112640.0);
+  EXPECT_NEAR(o.t_comm, 1.2845056e-3, 1e-12);
+  const CostModel c = parallel_costs(cfg, 8192, 1, dev, TransferMode::kWeights, {2, 8, 1});
+  EXPECT_DOUBLE_EQ(o.t_attn, c.part_time(PartKind::kAttn, Dir::kF));
+  h.transfer = TransferMode::kActivations;
+  o = overlap_check(h, cfg, 8192, dev);
+  EXPECT_DOUBLE_EQ(o.bytes, 44040192.0);
+  EXPECT_NEAR(o.t_comm, 1.76160768e-3, 1e-12);
+  PlanCase b = h;
+  b.schedule = "1f1b";
+  b.recompute = Recompute::kNone;
+  o = overlap_check(b, cfg, 8192, dev);
+  EXPECT_DOUBLE_EQ(o.bytes, 8388608.0);
+  EXPECT_NEAR(o.t_comm, 0.33554432e-3, 1e-12);
+  b.schedule = "interleaved";
+  b.virtual_stages = 2;
+  EXPECT_DOUBLE_EQ(overlap_check(b, cfg, 8192, dev).bytes, 16777216.0);
+  // One node: the same bytes on the NVLink.
+  PlanCase n = helix_case({2, 4, 1}, 8);
+  o = overlap_check(n, cfg, 8192, dev);
+  EXPECT_FALSE(o.inter_node);
+  // (p-1)/p = 3/4 of 36 700 160 B = 27 525 120 B; / 200e9 = 0.1376256 ms.
+  EXPECT_DOUBLE_EQ(o.bytes, 27525120.0);
+  EXPECT_NEAR(o.t_comm, 0.1376256e-3, 1e-12);
+  // The condition and its wording.
+  OverlapCheck fail_case{0.031, 0.043, 1e9, true};
+  EXPECT_FALSE(fail_case.holds());
+  EXPECT_EQ(fail_case.describe(),
+            "attention 31.0 ms < transfer 43.0 ms on the inter-node link: HelixPipe cannot hide its "
+            "traffic here");
+  EXPECT_TRUE((OverlapCheck{0.05, 0.043, 1e9, false}).holds());
+}
+
 TEST(Parallel, LayoutsCoverEveryFactorization) {
   auto ls = layouts(16, 8, 8);
   for (const Layout& l : ls) {

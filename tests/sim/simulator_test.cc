@@ -74,6 +74,45 @@ TEST(Simulator, MessageDelaysTheConsumerByLatencyPlusBytesOverBandwidth) {
   EXPECT_DOUBLE_EQ(simulate(s, costs(2.0, 3.0, 0.5, 1000.0), half).makespan, 2 + 2 + 0.5 + 3);
 }
 
+// Overlap erosion: a transfer of d seconds takes comm_compute_share * d from the compute of both
+// ends. By hand, 4000 B at 1000 B/s (d = 4 s, latency 0.5 s), share 0.25 (1 s on each end), the
+// message posted by both stages at t = 0 and overlapped with their compute:
+//   sender:   1 s lost + pre 5 s = ends at 6 (its bytes went out at 4);
+//   receiver: 1 s lost + post 3 s = 4, then waits for the arrival at 4.5.
+// Without the share they end at 5 and 4.5; a stage that only waits loses nothing.
+TEST(Simulator, CommunicationTakesAShareOfOverlappedCompute) {
+  Schedule s = make_schedule(2);
+  int m = add_message(s, 0, 1, 0, 4000);
+  add_op(s, 0, OpKind::kSendStart, m);
+  add_op(s, 1, OpKind::kRecvStart, m);
+  add_compute(s, 0, Dir::kF, 0, {Part::pre(1)});
+  add_op(s, 0, OpKind::kSendWait, m);
+  add_compute(s, 1, Dir::kF, 0, {Part::post(1)});
+  add_op(s, 1, OpKind::kRecvWait, m);
+  SimOptions opt;
+  opt.comm_compute_share = 0.25;
+  SimResult r = simulate(s, costs(5.0, 3.0, 0.5, 1000.0), opt);
+  EXPECT_DOUBLE_EQ(r.stages[0].end, 6);
+  EXPECT_DOUBLE_EQ(r.stages[0].busy, 6);
+  EXPECT_DOUBLE_EQ(r.stages[1].end, 4.5);
+  EXPECT_DOUBLE_EQ(r.stages[1].busy, 4);
+  EXPECT_DOUBLE_EQ(r.stages[1].wait, 0.5);
+  SimResult free_overlap = simulate(s, costs(5.0, 3.0, 0.5, 1000.0));
+  EXPECT_DOUBLE_EQ(free_overlap.stages[0].end, 5);
+  EXPECT_DOUBLE_EQ(free_overlap.stages[1].end, 4.5);
+  // The first test's shape (the receiver only waits): the same makespan with the share.
+  Schedule w = make_schedule(2);
+  int m2 = add_message(w, 0, 1, 0, 4000);
+  add_op(w, 1, OpKind::kRecvStart, m2);
+  add_compute(w, 0, Dir::kF, 0, {Part::pre(1)});
+  add_op(w, 0, OpKind::kSendStart, m2);
+  add_op(w, 0, OpKind::kSendWait, m2);
+  add_op(w, 1, OpKind::kRecvWait, m2);
+  EXPECT_DOUBLE_EQ(simulate(w, costs(2.0, 3.0, 0.5, 1000.0), opt).stages[1].end, 2 + 4 + 0.5);
+  opt.comm_compute_share = 1.0;
+  EXPECT_THROW(simulate(s, costs(5.0, 3.0, 0.5, 1000.0), opt), Error);
+}
+
 // Two messages posted together on one link go out one after the other; the latency of the second
 // overlaps the first's transfer. On two different links they travel at the same time.
 TEST(Simulator, TransfersSerializePerLinkAndOverlapAcrossLinks) {
