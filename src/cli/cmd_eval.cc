@@ -15,12 +15,14 @@ namespace hp::cli {
 
 int cmd_eval(int argc, char** argv) {
   CLI::App app("Loss and perplexity of a checkpoint on a data file.", "eval");
-  std::string checkpoint, data, precision = "fp32";
+  std::string checkpoint, data, data_format = "auto", precision = "fp32";
   int64_t seq_len = 0, batch = 4, max_sequences = 0, skip = 0;
   int threads = 0;
   app.add_option("--checkpoint", checkpoint, "model folder (config.json + model.safetensors)")
       ->required();
-  app.add_option("--data", data, "text file or token file")->required();
+  app.add_option("--data", data, "text, token file, llm.c shard, nanoGPT .bin or Megatron prefix")
+      ->required();
+  add_data_format_flag(app, data_format);
   app.add_option("--seq-len", seq_len, "S: tokens per sequence")->required();
   app.add_option("--batch-size", batch, "sequences per forward pass (default 4)");
   app.add_option("--max-sequences", max_sequences,
@@ -43,7 +45,7 @@ int cmd_eval(int argc, char** argv) {
   auto be = make_cpu_backend(threads);
   Params params(cfg, Params::all_parts(cfg), *be, resolve_precision(precision, *be));
   load_checkpoint_params(info, params);
-  const TokenSource source = TokenSource::open(data);
+  const TokenSource source = open_data(data, data_format, cfg.vocab);
   const SequenceReader reader(source, seq_len, cfg.vocab);
   HP_CHECK(skip < reader.sequences(),
            "--skip-sequences {} leaves nothing: '{}' holds {} sequences of {} tokens", skip, data,

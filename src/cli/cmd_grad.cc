@@ -35,7 +35,7 @@ int cmd_grad(int argc, char** argv) {
   auto be = make_cpu_backend(f.threads);
   Params params(cfg, Params::all_parts(cfg), *be, resolve_precision(f.precision, *be));
   load_checkpoint_params(info, params);
-  const TokenSource source = TokenSource::open(f.data);
+  const TokenSource source = open_data(f.data, f.data_format, cfg.vocab);
   const SequenceReader reader(source, f.seq_len, cfg.vocab);
   StepShape shape;
   shape.seq_len = f.seq_len;

@@ -28,7 +28,7 @@ int cmd_train(int argc, char** argv) {
   if (!plan.notes.empty()) std::fputs(plan.notes.c_str(), stderr);
 
   const ModelConfig& cfg = plan.cfg;
-  const TokenSource source = TokenSource::open(f.data);
+  const TokenSource source = open_data(f.data, f.data_format, cfg.vocab);
   const SequenceReader reader(source, plan.shape.seq_len, cfg.vocab);
   Params params(cfg, Params::all_parts(cfg), *be, prec);
   if (plan.source) {

@@ -50,9 +50,11 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
   app.add_option("--resume", f.resume,
                  "continue the run saved in this checkpoint folder exactly (weights, optimizer, data "
                  "position, LR schedule)");
-  app.add_option("--data", f.data, "training data: a text file (one token per byte) or a token "
-                                   "file from 'helixpipe tokenize'")
+  app.add_option("--data", f.data, "training data: a text file (one token per byte), a token "
+                                   "file from 'helixpipe tokenize', an llm.c shard, a nanoGPT "
+                                   ".bin or a Megatron dataset prefix")
       ->required();
+  add_data_format_flag(app, f.data_format);
   app.add_option("--seq-len", f.seq_len, "S: tokens per sequence (default 256; resume: saved)");
   app.add_option("--microbatch-size", f.microbatch_size,
                  "B: sequences per micro-batch (default 1; resume: saved)");
@@ -85,6 +87,20 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
                  "default: about every 5% of the run");
   app.add_option("--peak-gflops", f.peak_gflops,
                  "peak GFLOP/s of the machine; when given, the progress line shows MFU");
+}
+
+void add_data_format_flag(CLI::App& app, std::string& value) {
+  app.add_option("--data-format", value,
+                 "how to read --data: auto (default: by magic number, .bin name and .idx "
+                 "companion), text, hptokens, llmc, nanogpt or megatron")
+      ->check(CLI::IsMember({"auto", "text", "hptokens", "llmc", "nanogpt", "megatron"}));
+}
+
+TokenSource open_data(const std::string& path, const std::string& format, int64_t vocab) {
+  TokenOpenOptions o;
+  o.format = parse_data_format(format);
+  o.vocab = vocab;
+  return TokenSource::open(path, o);
 }
 
 void add_precision_flag(CLI::App& app, std::string& value) {
@@ -266,8 +282,10 @@ Precision apply_precision(TrainPlan& plan, Backend& be) {
 void add_grad_flags(CLI::App& app, GradFlags& f) {
   app.add_option("--checkpoint", f.checkpoint, "model folder (config.json + model.safetensors)")
       ->required();
-  app.add_option("--data", f.data, "text file or token file; sequences are read from its start")
+  app.add_option("--data", f.data, "text, token file, llm.c shard, nanoGPT .bin or Megatron "
+                                   "prefix; sequences are read from its start")
       ->required();
+  add_data_format_flag(app, f.data_format);
   app.add_option("--seq-len", f.seq_len, "S: tokens per sequence")->required();
   app.add_option("--microbatch-size", f.microbatch_size, "B: sequences per micro-batch (default 1)");
   app.add_option("--microbatches", f.microbatches, "M: micro-batches (default 1)");

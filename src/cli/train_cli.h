@@ -32,7 +32,8 @@ struct TrainFlags {
   std::string model;       // --model: a preset name or a config JSON (fresh init with --seed)
   std::string checkpoint;  // --checkpoint: start from these weights (fresh optimizer and state)
   std::string resume;      // --resume: continue a saved run exactly (weights, optimizer, data, LR)
-  std::string data;        // --data: text file (bytes as tokens) or token file
+  std::string data;        // --data: text, token file, llm.c shard, nanoGPT .bin, Megatron prefix
+  std::string data_format = "auto";  // --data-format
   int64_t seq_len = 256;
   int64_t microbatch_size = 1;
   int64_t microbatches = 1;
@@ -59,6 +60,14 @@ struct TrainFlags {
 
 // Adds the flags above to `app`.
 void add_train_flags(CLI::App& app, TrainFlags& f);
+
+// Adds --data-format (auto | text | hptokens | llmc | nanogpt | megatron) into `value`; train, grad
+// and eval share it.
+void add_data_format_flag(CLI::App& app, std::string& value);
+
+// Opens --data in the --data-format `format`, checking its ids against the model's `vocab`
+// (data/token_file.h: TokenSource::open).
+TokenSource open_data(const std::string& path, const std::string& format, int64_t vocab);
 
 // Adds --precision (fp32 | bf16 | auto) into `value`; train, grad, eval and bench share it.
 void add_precision_flag(CLI::App& app, std::string& value);
@@ -128,6 +137,7 @@ void run_training(TrainEngine& engine, const TrainFlags& f, const TrainPlan& pla
 
 struct GradFlags {
   std::string checkpoint, data, out;
+  std::string data_format = "auto";
   int64_t seq_len = 0, microbatch_size = 1, microbatches = 1;
   int threads = 0;
   int64_t mlp_chunk = 0;

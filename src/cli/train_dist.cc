@@ -110,7 +110,7 @@ int train_dist_main(int argc, char** argv) {
     }
     if (plan.resumed && plan.source->optimizer_path)
       trainer.load_optimizer(*plan.source->optimizer_path);
-    const TokenSource source = TokenSource::open(f.data);
+    const TokenSource source = open_data(f.data, f.data_format, cfg.vocab);
     const SequenceReader reader(source, shape.seq_len, cfg.vocab);
 
     // Test-only fault injection (docs/executor.md): HP_TEST_KILL_RANK=R:N makes rank R kill
@@ -210,7 +210,7 @@ int grad_dist_main(int argc, char** argv) {
     mo.mlp_chunk = f.mlp_chunk;
     DistStage stage(sch, grid, cfg, *be, B, S, mo, resolve_precision(f.precision, *be));
     load_checkpoint_params(info, stage.params());
-    const TokenSource source = TokenSource::open(f.data);
+    const TokenSource source = open_data(f.data, f.data_format, cfg.vocab);
     const SequenceReader reader(source, S, cfg.vocab);
     StepShape shape;
     shape.seq_len = S;

@@ -36,9 +36,10 @@ void run_training(TrainEngine& engine, const TrainFlags& f, const TrainPlan& pla
     fmt::print("train: {} ({} layers, hidden {}, heads {}/{} kv, vocab {}, {} parameters)\n",
                plan.source ? plan.source->dir : f.model, cfg.layers, cfg.hidden, cfg.heads,
                cfg.kv_heads, cfg.vocab, format_count(static_cast<double>(cfg.params_total())));
-    fmt::print("data: {} ({} tokens, {} sequences of {}); step = {} micro-batches x {} sequences "
-               "= {} tokens\n",
-               f.data, source.size(), reader.sequences(), global.seq_len, global.microbatches,
+    fmt::print("data: {} ({}; {} tokens, {} sequences of {}); step = {} micro-batches x {} "
+               "sequences = {} tokens\n",
+               f.data, source.describe(), source.size(), reader.sequences(), global.seq_len,
+               global.microbatches,
                global.microbatch_size, global.tokens());
     if (!launch.header.empty()) fmt::print("{}\n", launch.header);
     fmt::print("{} at step {}, to step {} of {}; lr {:.3g} (warmup {}, min {:.3g}), weight decay "

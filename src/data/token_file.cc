@@ -1,8 +1,9 @@
-// Token file writing, validation and reading.
+// Token file writing; opening every --data format (the parsing is in token_formats.cc).
 #include "data/token_file.h"
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <ostream>
 #include <vector>
@@ -20,61 +21,7 @@ void put_u32(uint8_t* p, uint32_t v) {
 void put_u64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
-uint32_t get_u32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-uint64_t get_u64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-
-int64_t read_token(const uint8_t* base, TokenDType d, int64_t i) {
-  switch (d) {
-    case TokenDType::kUint8:
-      return base[i];
-    case TokenDType::kUint16:
-      return static_cast<int64_t>(base[2 * i]) | (static_cast<int64_t>(base[2 * i + 1]) << 8);
-    case TokenDType::kInt32:
-      return static_cast<int32_t>(get_u32(base + 4 * i));
-  }
-  return 0;
-}
-
 }  // namespace
-
-std::string_view token_dtype_name(TokenDType d) {
-  switch (d) {
-    case TokenDType::kUint8:
-      return "uint8";
-    case TokenDType::kUint16:
-      return "uint16";
-    case TokenDType::kInt32:
-      return "int32";
-  }
-  return "?";
-}
-
-TokenDType parse_token_dtype(std::string_view name) {
-  if (name == "uint8") return TokenDType::kUint8;
-  if (name == "uint16") return TokenDType::kUint16;
-  if (name == "int32") return TokenDType::kInt32;
-  fail("unknown token dtype '{}' (use uint8, uint16 or int32)", name);
-}
-
-size_t token_dtype_bytes(TokenDType d) {
-  switch (d) {
-    case TokenDType::kUint8:
-      return 1;
-    case TokenDType::kUint16:
-      return 2;
-    case TokenDType::kInt32:
-      return 4;
-  }
-  return 0;
-}
 
 TokenDType token_dtype_for_vocab(int64_t vocab) {
   if (vocab <= 256) return TokenDType::kUint8;
@@ -86,6 +33,8 @@ void write_token_file(const std::string& path, std::span<const int32_t> tokens, 
                       int64_t vocab) {
   HP_CHECK(vocab >= 0 && vocab <= std::numeric_limits<int32_t>::max(),
            "token file '{}': vocab {} out of range", path, vocab);
+  HP_CHECK(dtype != TokenDType::kUint32,
+           "token file '{}': dtype uint32 cannot be written (use uint8, uint16 or int32)", path);
   const int64_t limit = dtype == TokenDType::kUint8    ? 256
                         : dtype == TokenDType::kUint16 ? 65536
                                                        : std::numeric_limits<int32_t>::max();
@@ -121,60 +70,140 @@ void write_token_file(const std::string& path, std::span<const int32_t> tokens, 
   });
 }
 
-TokenSource TokenSource::open(const std::string& path) {
-  TokenSource s;
-  s.file_ = MappedFile(path);
-  const uint8_t* p = s.file_.data();
-  const size_t size = s.file_.size();
-  const size_t prefix = std::min<size_t>(size, 8);
-  // A file is a token file when it starts with the magic (or with a prefix of it, if shorter: then
-  // it is a truncated token file, not text).
-  if (size == 0 || std::memcmp(p, kTokenFileMagic, prefix) != 0) {
-    // Not a token file: every byte of the text is one token.
-    s.is_text_ = true;
-    s.tokens_ = p;
-    s.count_ = static_cast<int64_t>(size);
-    s.dtype_ = TokenDType::kUint8;
-    for (size_t i = 0; i < size; ++i) s.max_token_ = std::max<int64_t>(s.max_token_, p[i]);
+namespace {
+
+namespace fs = std::filesystem;
+
+bool ends_with(const std::string& s, std::string_view tail) {
+  return s.size() >= tail.size() && std::string_view(s).substr(s.size() - tail.size()) == tail;
+}
+
+bool is_file(const std::string& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+// The prefix of a Megatron dataset named by `path` (PREFIX, PREFIX.bin or PREFIX.idx) when `format`
+// asks for one or, with kAuto, when the companion files say it is one; "" otherwise.
+std::string megatron_prefix(const std::string& path, DataFormat format) {
+  const bool named_by_file = ends_with(path, ".idx") || ends_with(path, ".bin");
+  const std::string prefix = named_by_file ? path.substr(0, path.size() - 4) : path;
+  const bool idx = is_file(prefix + ".idx"), bin = is_file(prefix + ".bin");
+  const auto missing = [&] {
+    return fmt::format(
+        "Megatron indexed dataset '{}': '{}' is missing; such a dataset is two files, PREFIX.bin "
+        "(the tokens) and PREFIX.idx (the index), and --data names either or PREFIX",
+        prefix, !bin ? prefix + ".bin" : prefix + ".idx");
+  };
+  if (format == DataFormat::kMegatron) {
+    if (!idx || !bin) throw Error(missing());
+    return prefix;
+  }
+  if (format != DataFormat::kAuto) return "";
+  if (ends_with(path, ".idx")) {
+    if (!bin) throw Error(missing());
+    return prefix;
+  }
+  if (ends_with(path, ".bin")) {
+    if (!idx) return "";
+    if (!bin) throw Error(missing());
+    return prefix;
+  }
+  // A bare prefix: only when `path` itself is not a file.
+  if (!is_file(path) && (idx || bin)) {
+    if (!idx || !bin) throw Error(missing());
+    return prefix;
+  }
+  return "";
+}
+
+// Ids must lie below the file's own bound and the model's vocab; the message says which one.
+int64_t id_bound(int64_t header_vocab, TokenDType dtype, int64_t model_vocab) {
+  int64_t bound = header_vocab > 0 ? header_vocab : int64_t{std::numeric_limits<int32_t>::max()};
+  if (dtype == TokenDType::kUint8) bound = std::min<int64_t>(bound, 256);
+  if (dtype == TokenDType::kUint16) bound = std::min<int64_t>(bound, 65536);
+  if (model_vocab > 0) bound = std::min(bound, model_vocab);
+  return bound;
+}
+
+std::string id_hint(DataFormat format, int64_t bound, int64_t header_vocab, int64_t model_vocab) {
+  if (model_vocab > 0 && bound == model_vocab &&
+      (header_vocab == 0 || model_vocab < header_vocab)) {
+    std::string s = fmt::format(
+        "the model's vocab_size is {}: the data was tokenized for a larger vocabulary, so use a "
+        "model (config vocab_size) that covers it",
+        model_vocab);
+    if (format == DataFormat::kNanoGpt)
+      s += ", or, if the file is not raw uint16 tokens, name its format with --data-format";
     return s;
   }
-  HP_CHECK(size >= kTokenFileHeaderBytes,
-           "token file '{}' is truncated: {} bytes, shorter than the {}-byte header (remake it "
-           "with 'helixpipe tokenize')",
-           path, size, kTokenFileHeaderBytes);
-  const uint32_t version = get_u32(p + 8);
-  HP_CHECK(version == kTokenFileVersion,
-           "token file '{}' has format version {}; this helixpipe reads version {} (remake it with "
-           "'helixpipe tokenize')",
-           path, version, kTokenFileVersion);
-  const uint32_t dt = get_u32(p + 12);
-  HP_CHECK(dt >= 1 && dt <= 3,
-           "token file '{}': unknown dtype code {} in the header (1 = uint8, 2 = uint16, 3 = int32)",
-           path, dt);
-  s.dtype_ = static_cast<TokenDType>(dt);
-  const uint64_t count = get_u64(p + 16);
-  s.header_vocab_ = get_u32(p + 24);
-  HP_CHECK(get_u32(p + 28) == 0, "token file '{}': reserved header field is not zero (corrupt?)",
-           path);
-  const size_t w = token_dtype_bytes(s.dtype_);
-  const uint64_t have = size - kTokenFileHeaderBytes;
-  HP_CHECK(count <= have / w && count * w == have,
-           "token file '{}': the header says {} tokens of {} bytes each but the file holds {} "
-           "bytes after the header; the file is truncated or corrupt, remake it with 'helixpipe "
-           "tokenize'",
-           path, count, w, have);
-  s.tokens_ = p + kTokenFileHeaderBytes;
-  s.count_ = static_cast<int64_t>(count);
-  const int64_t bound = s.header_vocab_ > 0 ? s.header_vocab_ : std::numeric_limits<int32_t>::max();
-  for (int64_t i = 0; i < s.count_; ++i) {
-    int64_t t = read_token(s.tokens_, s.dtype_, i);
-    if (t < 0 || t >= bound) {
-      fail("token file '{}': token {} at position {} is outside [0, {}) (corrupt file?)", path, t,
-           i, bound);
+  return "the file is corrupt or was written for another vocabulary; remake it";
+}
+
+}  // namespace
+
+TokenSource TokenSource::open(const std::string& path, const TokenOpenOptions& options) {
+  TokenSource s;
+  const std::string prefix = megatron_prefix(path, options.format);
+  if (!prefix.empty()) {
+    s.file_ = MappedFile(prefix + ".bin");
+    if (options.format == DataFormat::kAuto) {
+      // The .idx companion says Megatron; a .bin that carries another format's magic is ambiguous.
+      const std::span<const uint8_t> head(s.file_.data(), s.file_.size());
+      const DataFormat other = detect_token_format(head, "");
+      if (other == DataFormat::kHpTokens || other == DataFormat::kLlmc) {
+        fail("'{}.bin' starts with the magic number of another format ({}), but '{}.idx' next to "
+             "it makes it a Megatron indexed dataset too; say which it is with --data-format={} "
+             "or --data-format=megatron",
+             prefix, data_format_what(other), prefix, data_format_name(other));
+      }
     }
-    s.max_token_ = std::max(s.max_token_, t);
+    const std::string idx_path = prefix + ".idx";
+    const MappedFile idx(idx_path);
+    MegatronIndex m =
+        parse_megatron_index({idx.data(), idx.size()}, s.file_.size(), idx_path);
+    s.format_ = DataFormat::kMegatron;
+    s.dtype_ = m.dtype;
+    s.tokens_ = s.file_.data();
+    s.count_ = m.tokens;
+    s.document_offsets_ = std::move(m.document_offsets);
+  } else {
+    s.file_ = MappedFile(path);
+    const std::span<const uint8_t> bytes(s.file_.data(), s.file_.size());
+    const DataFormat format = options.format == DataFormat::kAuto
+                                  ? detect_token_format(bytes, path)
+                                  : options.format;
+    const TokenLayout l = parse_token_layout(bytes, format, path);
+    s.format_ = l.format;
+    s.dtype_ = l.dtype;
+    s.tokens_ = s.file_.data() + l.offset;
+    s.count_ = l.count;
+    s.header_vocab_ = l.header_vocab;
   }
+  if (s.format_ == DataFormat::kText) {
+    // Bytes are ids below 256; the model's vocab is checked by SequenceReader.
+    for (int64_t i = 0; i < s.count_; ++i)
+      s.max_token_ = std::max<int64_t>(s.max_token_, s.tokens_[i]);
+    return s;
+  }
+  HP_CHECK(s.format_ != DataFormat::kNanoGpt || options.vocab > 0,
+           "nanoGPT token file '{}' (raw uint16, no header) does not record its vocabulary; its "
+           "ids can only be checked against the model's vocab_size, so open it with a model "
+           "(train, grad, eval)",
+           s.path());
+  const int64_t bound = id_bound(s.header_vocab_, s.dtype_, options.vocab);
+  s.max_token_ =
+      check_token_ids(s.tokens_, s.dtype_, s.count_, bound, data_format_what(s.format_), s.path(),
+                      id_hint(s.format_, bound, s.header_vocab_, options.vocab));
   return s;
+}
+
+std::string TokenSource::describe() const {
+  if (format_ == DataFormat::kText) return "text, one token per byte";
+  std::string out = fmt::format("{}, {}", data_format_what(format_), token_dtype_name(dtype_));
+  if (!document_offsets_.empty())
+    out += fmt::format(", {} documents", document_offsets_.size() - 1);
+  return out;
 }
 
 int32_t TokenSource::at(int64_t i) const {

@@ -1,27 +1,19 @@
 // Token files (docs/formats/data.md): a 32-byte header ("HPTOKENS", version, dtype, count, vocab)
-// followed by `count` little-endian token ids. TokenSource reads a token file or, when the file does
-// not start with the magic, any text file as byte tokens, both memory-mapped.
+// followed by `count` little-endian token ids. TokenSource reads them, text files (one token per
+// byte) and the token files of other trainers (llm.c shards, nanoGPT .bin, Megatron indexed
+// datasets: data/token_formats.h, docs/formats/foreign-tokens.md), all memory-mapped.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "data/token_formats.h"
 #include "util/mapped_file.h"
 
 namespace hp {
-
-inline constexpr char kTokenFileMagic[8] = {'H', 'P', 'T', 'O', 'K', 'E', 'N', 'S'};
-inline constexpr uint32_t kTokenFileVersion = 1;
-inline constexpr size_t kTokenFileHeaderBytes = 32;
-
-enum class TokenDType : uint32_t { kUint8 = 1, kUint16 = 2, kInt32 = 3 };
-
-// "uint8", "uint16", "int32"; parse throws hp::Error listing the valid names.
-std::string_view token_dtype_name(TokenDType d);
-TokenDType parse_token_dtype(std::string_view name);
-size_t token_dtype_bytes(TokenDType d);
 
 // The smallest dtype that holds every id below `vocab`.
 TokenDType token_dtype_for_vocab(int64_t vocab);
@@ -31,19 +23,35 @@ TokenDType token_dtype_for_vocab(int64_t vocab);
 void write_token_file(const std::string& path, std::span<const int32_t> tokens, TokenDType dtype,
                       int64_t vocab);
 
-// A read-only view of tokens from a token file or a raw text file (bytes as tokens).
+// How TokenSource::open reads a path.
+struct TokenOpenOptions {
+  DataFormat format = DataFormat::kAuto;  // kAuto: detect (docs/formats/foreign-tokens.md)
+  // The model's vocab_size: ids at or above it are an error naming their position (0: only the
+  // file's own bound is checked). Files that do not record a bound (nanoGPT .bin) need it.
+  int64_t vocab = 0;
+};
+
+// A read-only view of tokens from any --data source.
 class TokenSource {
  public:
-  // Opens and validates `path`: header, version, dtype, size against count, and every id against
-  // the header's vocab. Throws hp::Error saying what is wrong and how to remake the file.
-  static TokenSource open(const std::string& path);
+  // Opens and validates `path` in the given or detected format: header, version, dtype, size
+  // against count, and every id against the file's and the model's vocab. Throws hp::Error saying
+  // what is wrong and what to do. A Megatron dataset is named by its prefix, prefix.bin or
+  // prefix.idx.
+  static TokenSource open(const std::string& path, const TokenOpenOptions& options = {});
 
   int64_t size() const { return count_; }
-  bool is_text() const { return is_text_; }
+  DataFormat format() const { return format_; }
+  bool is_text() const { return format_ == DataFormat::kText; }
   TokenDType dtype() const { return dtype_; }
   int64_t header_vocab() const { return header_vocab_; }  // 0 when unknown (text or unrecorded)
   int64_t max_token() const { return max_token_; }        // -1 for an empty source
   const std::string& path() const { return file_.path(); }
+  // Token offset where each document starts, then the total; empty when the format has no
+  // document boundaries (only Megatron datasets have them).
+  const std::vector<int64_t>& document_offsets() const { return document_offsets_; }
+  // "llm.c token shard, uint16" etc., for headers.
+  std::string describe() const;
 
   int32_t at(int64_t i) const;
   // out[0..n) = tokens[start .. start+n); the range must lie inside the source.
@@ -56,7 +64,8 @@ class TokenSource {
   TokenDType dtype_ = TokenDType::kUint8;
   int64_t header_vocab_ = 0;
   int64_t max_token_ = -1;
-  bool is_text_ = false;
+  DataFormat format_ = DataFormat::kText;
+  std::vector<int64_t> document_offsets_;
 };
 
 }  // namespace hp

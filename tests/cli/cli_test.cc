@@ -514,6 +514,58 @@ TEST_F(CliTest, TokenizeThenTrainReadsTheSameTokens) {
   EXPECT_EQ(last_line(a.out), last_line(b.out));
 }
 
+// The same text bytes as an llm.c shard, a nanoGPT .bin and a Megatron dataset (two documents)
+// give the same gradient as the text itself; a file with an id the model cannot embed is refused
+// naming the position, and an unknown --data-format is a usage error.
+TEST_F(CliTest, ForeignTokenFilesTrainLikeTheirText) {
+  const std::string text = read_file(path("text.txt")).substr(0, 4000);
+  write_file_atomic(path("short.txt"), text);
+  auto le = [](uint64_t v, int bytes) {
+    std::string b;
+    for (int i = 0; i < bytes; ++i) b.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    return b;
+  };
+  std::string u16;
+  for (unsigned char c : text) u16 += le(c, 2);
+  std::string llmc = le(20240520, 4) + le(1, 4) + le(text.size(), 4) + std::string(253 * 4, '\0');
+  write_file_atomic(path("shard.bin"), llmc + u16);
+  write_file_atomic(path("train.bin"), u16);
+  write_file_atomic(path("mega_text_document.bin"), u16);
+  const uint64_t half = text.size() / 2;
+  write_file_atomic(path("mega_text_document.idx"),
+                    std::string("MMIDIDX\0\0", 9) + le(1, 8) + le(8, 1) + le(2, 8) + le(3, 8) +
+                        le(half, 4) + le(text.size() - half, 4) + le(0, 8) + le(2 * half, 8) +
+                        le(0, 8) + le(1, 8) + le(2, 8));
+  ASSERT_EQ(helixpipe("init --model=tiny --out=" + path("m")).rc, 0);
+  const std::string g = " --seq-len=16 --microbatches=2 --out=" + path("g.st");
+  const CmdResult ref =
+      helixpipe("grad --checkpoint=" + path("m") + " --data=" + path("short.txt") + g);
+  ASSERT_EQ(ref.rc, 0) << ref.out;
+  for (const std::string& data : {path("shard.bin"), path("train.bin"), path("mega_text_document"),
+                                  path("mega_text_document.idx")}) {
+    const CmdResult r = helixpipe("grad --checkpoint=" + path("m") + " --data=" + data + g);
+    ASSERT_EQ(r.rc, 0) << data << "\n" << r.out;
+    EXPECT_EQ(last_line(r.out), last_line(ref.out)) << data;
+  }
+  const CmdResult t = helixpipe("train --model=tiny --steps=1 --seq-len=16 --data=" +
+                                path("mega_text_document") + " --data-format=megatron");
+  ASSERT_EQ(t.rc, 0) << t.out;
+  EXPECT_NE(t.out.find("Megatron indexed dataset, uint16, 2 documents"), std::string::npos)
+      << t.out;
+  // Token 300 at position 5 is beyond the tiny model's vocabulary.
+  std::string bad = u16;
+  bad.replace(10, 2, le(300, 2));
+  write_file_atomic(path("bad.bin"), bad);
+  const CmdResult b = helixpipe("eval --checkpoint=" + path("m") + " --data=" + path("bad.bin") +
+                                " --seq-len=8");
+  EXPECT_NE(b.rc, 0);
+  EXPECT_NE(b.out.find("token 300 at position 5 is outside [0, 256)"), std::string::npos) << b.out;
+  const CmdResult u = helixpipe("eval --checkpoint=" + path("m") + " --data=" + path("bad.bin") +
+                                " --seq-len=8 --data-format=parquet");
+  EXPECT_EQ(u.rc, 2) << u.out;
+  EXPECT_NE(u.out.find("--data-format"), std::string::npos) << u.out;
+}
+
 TEST_F(CliTest, BadInputsFailWithClearMessages) {
   ASSERT_EQ(helixpipe("init --model=tiny --out=" + path("m")).rc, 0);
   const std::string data = " --data=" + path("text.txt");
