@@ -75,19 +75,27 @@ struct BenchFlags {
       trace_dir;
   int64_t seq_len = 0;
   int stages = 2, microbatches = 4, threads = 1, steps = 1, virtual_stages = 2;
+  int data_parallel = 1, tensor_parallel = 1;
+  int grid() const { return data_parallel * tensor_parallel; }  // ranks per stage
   bool calibrate = true;
 };
 
 // hp::Error for flags that cannot run; `ranks` is mpirun's world size (0 without mpirun).
 void check_bench_flags(const BenchFlags& f, int ranks) {
-  HP_CHECK(f.stages >= 1 && f.microbatches >= 1 && f.steps >= 1 && f.threads >= 1 && f.seq_len >= 1,
-           "bench: --stages, --microbatches, --steps, --threads and --seq-len must be >= 1");
-  HP_CHECK(ranks == 0 || ranks == f.stages,
-           "bench: mpirun started {} ranks but --stages is {}; run mpirun -np {} (one rank per "
-           "stage) or leave --stages out",
-           ranks, f.stages, f.stages);
+  HP_CHECK(f.stages >= 1 && f.microbatches >= 1 && f.steps >= 1 && f.threads >= 1 && f.seq_len >= 1 &&
+               f.data_parallel >= 1 && f.tensor_parallel >= 1,
+           "bench: --stages, --microbatches, --steps, --threads, --seq-len, --data-parallel and "
+           "--tensor-parallel must be >= 1");
+  const int want = f.stages * f.grid();
+  HP_CHECK(ranks == 0 || ranks == want,
+           "bench: mpirun started {} ranks but --data-parallel x --stages x --tensor-parallel is "
+           "{} x {} x {} = {}; run mpirun -np {} or leave --stages out",
+           ranks, f.data_parallel, f.stages, f.tensor_parallel, want, want);
   HP_CHECK(f.timeline_path.empty() || !f.part_costs.empty(),
            "bench: --timeline needs --part-costs (the simulated half of the picture)");
+  HP_CHECK(f.timeline_path.empty() || f.grid() == 1,
+           "bench: --timeline sets the simulator's pipeline beside the measured one, which needs "
+           "one rank per stage; leave out --data-parallel and --tensor-parallel or --timeline");
 }
 
 // Deterministic tokens and targets for n positions of a vocabulary of `vocab`.
@@ -103,9 +111,10 @@ void bench_tokens(int64_t n, int64_t vocab, std::vector<int32_t>& tokens,
 
 void print_header(const BenchFlags& f, int layers, const Precision& prec,
                   const std::string& transport) {
-  fmt::print("bench  P={} M={} L={} s={} threads/rank={} precision={} BLAS core={} ranks: {}\n",
-             f.stages, f.microbatches, layers, f.seq_len, f.threads, prec.name(),
-             blas_core_name(), transport);
+  fmt::print("bench  D={} P={} T={} M={} L={} s={} threads/rank={} precision={} BLAS core={} "
+             "ranks: {}\n",
+             f.data_parallel, f.stages, f.tensor_parallel, f.microbatches, layers, f.seq_len,
+             f.threads, prec.name(), blas_core_name(), transport);
   fmt::print("{:<11} {:>7} {:>9} {:>7} {:>6} {:>6} {:>9} {:>9} {:>9} {:>7} {:>9} {:>7} {:>17} "
              "{:>17} {:>17}\n",
              "schedule", "policy", "tokens/s", "vs 1f1b", "bubble", "pred", "comm wait", "step",
@@ -183,6 +192,8 @@ nlohmann::json measured_row(const Variant& v, const Schedule& sch, bool natural,
                         {"natural_policy", natural},
                         {"seq_len", f.seq_len},
                         {"stages", f.stages},
+                        {"data_parallel", f.data_parallel},
+                        {"tensor_parallel", f.tensor_parallel},
                         {"microbatches", f.microbatches},
                         {"step_s", t},
                         {"steps_s", m.step_s},
@@ -200,7 +211,61 @@ nlohmann::json measured_row(const Variant& v, const Schedule& sch, bool natural,
                        {"peak_stash_bytes", s.peak_stash_bytes},
                        {"peak_bytes", s.peak_bytes}});
   row["stages_measured"] = st_json;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankMeasured& r : m.ranks)
+    ranks.push_back({{"tp_collectives", r.tp_collectives},
+                     {"tp_bytes_sent", r.tp_bytes_sent},
+                     {"tp_comm_s", r.tp_seconds},
+                     {"tp_transfer_s", r.tp_transfer_s},
+                     {"tp_skew_s", r.tp_skew_s},
+                     {"peak_store_bytes", r.peak_store_bytes},
+                     {"param_bytes", r.param_bytes}});
+  row["ranks_measured"] = ranks;
   return row;
+}
+
+// Memory per rank (weights, gradients and the peak of the value store) and, with tensor
+// parallelism, the group's collectives: the slowest rank's measured time inside them beside the
+// simulator's link model for the same collectives and bytes (sim/parallel.h tp_group_time).
+void print_rank_lines(nlohmann::json& row, const BenchFlags& f, const Measured& m,
+                      const std::optional<CostSetup>& cost) {
+  int64_t mem = 0;
+  const RankMeasured* busiest = &m.ranks.front();
+  for (const RankMeasured& r : m.ranks) {
+    mem = std::max(mem, r.param_bytes + r.peak_store_bytes);
+    if (r.tp_seconds > busiest->tp_seconds) busiest = &r;
+  }
+  row["peak_rank_bytes"] = mem;
+  std::string line = fmt::format("  per rank: weights+grads+store up to {:.1f} MiB",
+                                 static_cast<double>(mem) / 1048576.0);
+  if (f.tensor_parallel > 1) {
+    line += fmt::format("\n  tensor-parallel: {} collectives, {:.1f} MiB sent, {} inside them = "
+                        "{} transfer + {} waiting for the group",
+                        busiest->tp_collectives,
+                        static_cast<double>(busiest->tp_bytes_sent) / 1048576.0,
+                        human_seconds(busiest->tp_seconds), human_seconds(busiest->tp_transfer_s),
+                        human_seconds(busiest->tp_skew_s));
+    // The simulator's charge for the counted collectives, on the link the group's own
+    // collectives showed when timed alone, and on the profile's ping-pong link.
+    const double pred = tp_group_time(busiest->tp_collectives, busiest->tp_bytes_sent,
+                                      f.tensor_parallel, m.tp_link);
+    row["tp_comm_s"] = busiest->tp_seconds;
+    row["tp_transfer_s"] = busiest->tp_transfer_s;
+    row["tp_comm_pred_s"] = pred;
+    row["tp_link"] = {{"latency_s", m.tp_link.latency_s}, {"bandwidth_Bps", m.tp_link.bandwidth_Bps}};
+    line += fmt::format("\n  link model {} ({:+.1f}% of the transfer; group link {} + {:.2f} GB/s",
+                        human_seconds(pred),
+                        100 * (pred - busiest->tp_transfer_s) / busiest->tp_transfer_s,
+                        human_seconds(m.tp_link.latency_s), m.tp_link.bandwidth_Bps / 1e9);
+    if (cost) {
+      const double pp = tp_group_time(busiest->tp_collectives, busiest->tp_bytes_sent,
+                                      f.tensor_parallel, cost->cost.link(0, 0));
+      row["tp_comm_pred_pingpong_s"] = pp;
+      line += fmt::format("; on the profile's ping-pong link {}", human_seconds(pp));
+    }
+    line += ")";
+  }
+  fmt::print("{}\n", line);
 }
 
 // The printed prediction columns of one row ("-" without part costs).
@@ -286,6 +351,13 @@ CLI::Option* add_bench_flags(CLI::App& app, BenchFlags& f) {
                  "comma list of 1f1b, gpipe, zb1p, interleaved, helix1, helix2 (helix F=1, F=2)")
       ->capture_default_str();
   app.add_option("--virtual", f.virtual_stages, "virtual stages V of interleaved")->capture_default_str();
+  app.add_option("--data-parallel", f.data_parallel,
+                 "replicas D, each running the schedule on its own M micro-batches")
+      ->capture_default_str();
+  app.add_option("--tensor-parallel", f.tensor_parallel,
+                 "tensor-parallel ranks T per stage (with sequence parallelism; "
+                 "docs/tensor-parallel.md); the job has D x P x T ranks")
+      ->capture_default_str();
   add_precision_flag(app, f.precision);
   app.add_option("--recompute", f.recompute,
                  "comma list of policies, each run for every schedule: natural (each schedule's\n"
@@ -321,7 +393,7 @@ int cmd_bench(int argc, char** argv) {
   std::unique_ptr<MpiComm> world;
   if (MpiComm::launched_by_mpirun()) {
     world = MpiComm::init_world(&argc, &argv);
-    if (stages_opt->count() == 0) f.stages = world->size();
+    if (stages_opt->count() == 0) f.stages = std::max(1, world->size() / f.grid());
   }
   const bool root = !world || world->rank() == 0;
   try {
@@ -332,6 +404,7 @@ int cmd_bench(int argc, char** argv) {
       if (!f.trace_dir.empty()) check_output_folder("--trace-dir", f.trace_dir);
     }
     const ModelConfig cfg = ModelConfig::load(f.model);
+    check_tensor_parallel(cfg, f.tensor_parallel, f.seq_len);
     const int L = static_cast<int>(cfg.layers);
 
     const std::vector<const Variant*> variants = pick_variants(f.schedules);
@@ -344,13 +417,14 @@ int cmd_bench(int argc, char** argv) {
     const int64_t n = f.seq_len * f.microbatches;
     std::vector<int32_t> tokens, targets;
     bench_tokens(n, cfg.vocab, tokens, targets);
-    const BenchSetup setup{cfg,     f.seq_len,
-                           f.threads, f.steps,
-                           setup_precision,
-                           &tokens, &targets};
+    BenchSetup setup{cfg, f.seq_len, f.threads, f.steps, setup_precision, &tokens, &targets};
+    setup.data_parallel = f.data_parallel;
+    setup.tensor_parallel = f.tensor_parallel;
     const std::string transport =
         world ? fmt::format("MPI (mpirun, {} ranks)", world->size())
-              : fmt::format("LocalWorld ({} threads of one process)", f.stages);
+              : fmt::format("LocalWorld ({} threads of one process)", f.stages * f.grid());
+    // The simulator's step prediction and the core calibration model one rank per stage.
+    const bool predict_steps = cost && f.grid() == 1;
 
     nlohmann::json rows = nlohmann::json::array();
     if (root) print_header(f, L, setup.precision, transport);
@@ -375,8 +449,8 @@ int cmd_bench(int argc, char** argv) {
         lower(sch, &cfg, f.seq_len);
         const bool want_tl = !f.timeline_path.empty() && !timeline_written && v->label == f.timeline_label;
         const bool record = want_tl || !f.trace_dir.empty();
-        CalibratedRun run = measure_calibrated(world.get(), sch, setup,
-                                               cost && f.calibrate ? &cost->cost : nullptr, record);
+        CalibratedRun run = measure_calibrated(
+            world.get(), sch, setup, predict_steps && f.calibrate ? &cost->cost : nullptr, record);
         if (!root) continue;
         Measured& m = run.m;
         if (!f.trace_dir.empty()) {
@@ -390,14 +464,14 @@ int cmd_bench(int argc, char** argv) {
         }
 
         const double t = median(m.step_s);
-        const double tps = static_cast<double>(n) / t;
+        const double tps = static_cast<double>(n * f.data_parallel) / t;
         if (v->name == "1f1b") base_tps[pi] = tps;
         const double base = base_tps.count(pi) ? base_tps[pi] : 0.0;
         const MeasuredSummary ms = summarize(m);
         nlohmann::json row = measured_row(*v, sch, !policy.has_value(), f, m, ms, t, tps, base);
         const std::vector<int64_t>& stash = ms.stash;
         RowText txt;
-        if (cost) {
+        if (predict_steps) {
           std::optional<Timeline> measured_tl;
           if (want_tl) {
             measured_tl = std::move(m.timeline);
@@ -414,17 +488,29 @@ int cmd_bench(int argc, char** argv) {
                    base > 0 ? fmt::format("{:.3f}", tps / base) : std::string("-"), 100 * ms.bubble,
                    txt.pbub, human_seconds(ms.wait), human_seconds(t), txt.pred, txt.err, txt.cal,
                    txt.rerr, per_stage_mib(stash), txt.pmem, per_stage_mib(ms.store));
+        print_rank_lines(row, f, m, cost);
         std::fflush(stdout);
         rows.push_back(row);
       }
     }
-    if (root && cost) print_prediction_legend();
+    if (root && predict_steps) print_prediction_legend();
+    if (root && cost && !predict_steps)
+      fmt::print("predicted: the step is not predicted with --data-parallel or --tensor-parallel "
+                 "(the\n  part costs are one rank's).\n");
+    if (root && f.tensor_parallel > 1)
+      fmt::print("tensor-parallel: the slowest rank's time inside the group's collectives (waits "
+                 "included),\n  split into the transfer (per collective, the group's shortest time) and waiting for "
+                 "the\n  other ranks to arrive; link model: the simulator's charge for them (sim/parallel.h "
+                 "tp_group_time) on the\n  link the group's own all-gather + reduce-scatter showed "
+                 "when timed alone after the run.\n");
     if (root && !f.out_path.empty()) {
       const nlohmann::json j = {{"version", 2},        {"blas_core", blas_core_name()},
                                 {"threads", f.threads}, {"transport", transport},
                                 {"precision", setup.precision.name()},
                                 {"steps", f.steps},     {"model", cfg.name},
                                 {"seq_len", f.seq_len}, {"stages", f.stages},
+                                {"data_parallel", f.data_parallel},
+                                {"tensor_parallel", f.tensor_parallel},
                                 {"microbatches", f.microbatches}, {"rows", rows}};
       write_file_atomic(f.out_path, j.dump(2) + "\n");
     }

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "model/params.h"
@@ -44,9 +45,11 @@ class TpGroup {
   struct Stats {
     int64_t collectives = 0, bytes_sent = 0;
     double seconds = 0;
+    std::vector<double> each;  // the seconds of every collective, in call order
   };
   const Stats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
+  void restore_stats(const Stats& s) { stats_ = s; }
 
   // Staging for gathered rows and partial sums: grow-only backend buffers, one per slot, valid
   // until the next call with the same slot.

@@ -12,54 +12,127 @@
 
 namespace hp {
 
+LinkProfile measure_group_link(TpGroup& group, DType t, int64_t n, int repeats) {
+  HP_CHECK(group.size() >= 2 && n >= 8 && repeats >= 1,
+           "internal: measure_group_link needs a group of >= 2, n >= 8, repeats >= 1");
+  const TpGroup::Stats saved = group.stats();
+  const int T = group.size();
+  auto median_time = [&](int64_t elems) {
+    const DataPtr full = group.staging(0, t, elems * T);
+    const DataPtr shard = group.staging(1, t, elems);
+    std::vector<double> v;
+    for (int r = -1; r < repeats; ++r) {  // one untimed round
+      const double t0 = now_seconds();
+      group.all_gather(shard, full, elems, "link probe");
+      group.reduce_scatter(full, shard, elems, "link probe");
+      if (r >= 0) v.push_back(0.5 * (now_seconds() - t0));
+    }
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const int64_t small = n / 8;
+  const double ts = median_time(small), tb = median_time(n);
+  const double bs = static_cast<double>(small * dtype_bytes(t) * (T - 1));
+  const double bb = static_cast<double>(n * dtype_bytes(t) * (T - 1));
+  LinkProfile l;
+  l.bandwidth_Bps = tb > ts ? (bb - bs) / (tb - ts) : bb / tb;
+  l.latency_s = std::max(0.0, (ts - bs / l.bandwidth_Bps) / (T - 1));
+  group.restore_stats(saved);
+  return l;
+}
+
 Measured measure_pipeline(Comm& world, const Schedule& sch, const BenchSetup& b,
                           bool want_timeline) {
-  const int P = sch.num_stages;
-  GridComms grid = split_grid(world, 1, P);
+  const int P = sch.num_stages, D = b.data_parallel, T = b.tensor_parallel;
+  HP_CHECK(world.size() == D * P * T,
+           "bench: {} ranks cannot hold {} replicas x {} stages x {} tensor ranks", world.size(), D,
+           P, T);
+  const int W = world.size(), me = world.rank();
+  GridComms grid = split_grid(world, D, P, T);
   auto be = make_cpu_backend(b.threads);
   DistStage st(sch, grid, b.cfg, *be, 1, b.seq_len, ModelOptions{}, b.precision);
   st.params().init(1);
-  // Slots: [steps x P] step totals, then [P x 5] the last step's stats; all-reduced as a gather.
-  constexpr int kStats = 5;
-  std::vector<double> buf(static_cast<size_t>(b.steps * P + kStats * P), 0.0);
+  // Slots, summed over the world as a gather: [steps x W] step totals, then [W x kStats] the last
+  // step's numbers of every rank.
+  constexpr int kStats = 10;
+  std::vector<double> buf(static_cast<size_t>(b.steps * W + kStats * W), 0.0);
   Timeline tl;
   tl.num_stages = P;
-  StageStats last;
+  DistStepResult last;
   for (int r = 0; r <= b.steps; ++r) {
     ExecutorOptions eo;
     if (want_timeline && r == b.steps) eo.timeline = &tl;
-    grid.pipeline->barrier();
+    world.barrier();
     eo.time_origin = now_seconds();
     DistStepResult res = st.loss_and_grads(b.tokens->data(), b.targets->data(), eo);
-    if (r > 0) buf[static_cast<size_t>((r - 1) * P + grid.p)] = res.stats.total_s;
-    last = res.stats;
+    if (r > 0) buf[static_cast<size_t>((r - 1) * W + me)] = res.stats.total_s;
+    last = res;
   }
-  double* s = &buf[static_cast<size_t>(b.steps * P + kStats * grid.p)];
-  s[0] = last.total_s;
-  s[1] = last.busy_s;
-  s[2] = last.comm_wait_s;
-  s[3] = static_cast<double>(last.peak_stash_bytes);
-  s[4] = static_cast<double>(last.peak_bytes);
-  grid.pipeline->allreduce_sum(buf.data(), static_cast<int64_t>(buf.size()));
+  const Precision& prec = st.params().precision();
+  const int64_t param_bytes =
+      st.params().size() * (2 * dtype_bytes(prec.master) +
+                            (prec.weight_copy() ? dtype_bytes(prec.compute) : 0));
+  double* s = &buf[static_cast<size_t>(b.steps * W + kStats * me)];
+  s[0] = last.stats.total_s;
+  s[1] = last.stats.busy_s;
+  s[2] = last.stats.comm_wait_s;
+  s[3] = static_cast<double>(last.stats.peak_stash_bytes);
+  s[4] = static_cast<double>(last.stats.peak_bytes);
+  s[5] = static_cast<double>(last.tp.collectives);
+  s[6] = static_cast<double>(last.tp.bytes_sent);
+  s[7] = last.tp.seconds;
+  s[8] = static_cast<double>(param_bytes);
+  s[9] = grid.p;
+  world.allreduce_sum(buf.data(), static_cast<int64_t>(buf.size()));
   if (want_timeline) gather_timeline(*grid.pipeline, tl);
+  // Every collective's time on every rank of the group: index by index, the group's shortest is
+  // the transfer, the rest of each rank's time is waiting for the others to arrive.
+  std::vector<double> transfer(static_cast<size_t>(W), 0.0), skew(transfer);
+  if (T > 1) {
+    const std::vector<double>& mine = last.tp.each;
+    std::vector<double> all(mine.size() * static_cast<size_t>(T), 0.0);
+    std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(mine.size() * grid.t));
+    grid.tensor->allreduce_sum(all.data(), static_cast<int64_t>(all.size()));
+    for (size_t i = 0; i < mine.size(); ++i) {
+      double lo = mine[i];
+      for (int r = 0; r < T; ++r) lo = std::min(lo, all[static_cast<size_t>(r) * mine.size() + i]);
+      transfer[static_cast<size_t>(me)] += lo;
+      skew[static_cast<size_t>(me)] += mine[i] - lo;
+    }
+    world.allreduce_sum(transfer.data(), W);
+    world.allreduce_sum(skew.data(), W);
+  }
 
   Measured m;
   for (int r = 0; r < b.steps; ++r) {
     double t = 0;
-    for (int q = 0; q < P; ++q) t = std::max(t, buf[static_cast<size_t>(r * P + q)]);
+    for (int q = 0; q < W; ++q) t = std::max(t, buf[static_cast<size_t>(r * W + q)]);
     m.step_s.push_back(t);
   }
-  for (int q = 0; q < P; ++q) {
-    const double* x = &buf[static_cast<size_t>(b.steps * P + kStats * q)];
-    StageStats ss;
+  m.stages.resize(static_cast<size_t>(P));
+  for (int q = 0; q < W; ++q) {
+    const double* x = &buf[static_cast<size_t>(b.steps * W + kStats * q)];
+    RankMeasured rm;
+    rm.peak_store_bytes = static_cast<int64_t>(x[4]);
+    rm.tp_collectives = static_cast<int64_t>(x[5]);
+    rm.tp_bytes_sent = static_cast<int64_t>(x[6]);
+    rm.tp_seconds = x[7];
+    rm.tp_transfer_s = transfer[static_cast<size_t>(q)];
+    rm.tp_skew_s = skew[static_cast<size_t>(q)];
+    rm.param_bytes = static_cast<int64_t>(x[8]);
+    m.ranks.push_back(rm);
+    if (q >= P * T || q % T != 0) continue;  // a stage's row: replica 0, tensor rank 0
+    StageStats& ss = m.stages[static_cast<size_t>(x[9])];
     ss.total_s = x[0];
     ss.busy_s = x[1];
     ss.comm_wait_s = x[2];
     ss.peak_stash_bytes = static_cast<int64_t>(x[3]);
     ss.peak_bytes = static_cast<int64_t>(x[4]);
-    m.stages.push_back(ss);
   }
-  if (want_timeline && grid.p == 0) m.timeline = std::move(tl);
+  if (want_timeline && me == 0) m.timeline = std::move(tl);
+  if (T > 1)
+    m.tp_link = measure_group_link(*st.tensor_group(), st.params().precision().compute,
+                                   b.seq_len * b.cfg.hidden / T, 7);
   return m;
 }
 
@@ -91,6 +164,9 @@ std::vector<double> calibrate_cores(Comm& world, const BenchSetup& b, const Cost
 CalibratedRun measure_calibrated(Comm* world, const Schedule& sch, const BenchSetup& b,
                                  const CostModel* cost, bool want_timeline) {
   CalibratedRun out;
+  HP_CHECK(!cost || b.data_parallel * b.tensor_parallel == 1,
+           "bench: core calibration runs one stage per rank; use --no-calibrate with "
+           "--data-parallel or --tensor-parallel");
   auto run_on = [&](Comm& c) {
     std::vector<double> f0, f1;
     if (cost) f0 = calibrate_cores(c, b, *cost);
@@ -105,7 +181,7 @@ CalibratedRun measure_calibrated(Comm* world, const Schedule& sch, const BenchSe
   if (world) {
     run_on(*world);
   } else {
-    LocalWorld lw(sch.num_stages, CommOptions{600, false});
+    LocalWorld lw(sch.num_stages * b.data_parallel * b.tensor_parallel, CommOptions{600, false});
     lw.run(run_on);
   }
   for (size_t q = 0; q < out.before.size(); ++q)

@@ -154,7 +154,9 @@ double CommTpGroup::all_reduce(double x, const std::string& what) {
 void CommTpGroup::count(int64_t bytes_sent, double t0) {
   stats_.collectives += 1;
   stats_.bytes_sent += bytes_sent;
-  stats_.seconds += now_seconds() - t0;
+  const double dt = now_seconds() - t0;
+  stats_.seconds += dt;
+  stats_.each.push_back(dt);
 }
 
 }  // namespace hp

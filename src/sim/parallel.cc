@@ -31,6 +31,12 @@ double tp_collective_time(double bytes, int t, const LinkProfile& link) {
   return per + (t - 1) * link.latency_s;
 }
 
+double tp_group_time(int64_t collectives, int64_t bytes_sent, int t, const LinkProfile& link) {
+  if (t <= 1) return 0;
+  const double wire = link.bandwidth_Bps > 0 ? static_cast<double>(bytes_sent) / link.bandwidth_Bps : 0;
+  return static_cast<double>(collectives) * (t - 1) * link.latency_s + wire;
+}
+
 double dp_allreduce_time(double bytes, int d, const LinkProfile& link) {
   if (d <= 1) return 0;
   double per = link.bandwidth_Bps > 0 ? 2 * bytes * (d - 1) / d / link.bandwidth_Bps : 0;

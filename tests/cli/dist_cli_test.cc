@@ -354,7 +354,63 @@ TEST_F(DistCliTest, ProfileAndBenchUnderMpirun) {
 
   const RunResult wrong = run(2, args + " --stages=3");
   EXPECT_NE(wrong.rc, 0);
-  EXPECT_NE(wrong.out.find("mpirun started 2 ranks but --stages is 3"), std::string::npos)
+  EXPECT_NE(wrong.out.find("mpirun started 2 ranks but --data-parallel x --stages x "
+                           "--tensor-parallel is 1 x 3 x 1 = 3"),
+            std::string::npos)
+      << wrong.out;
+}
+
+// bench on a D x P x T grid: two tensor-parallel ranks on one stage count the same collectives
+// and bytes, hold less than the whole stage's weights, and get the link model's time for those
+// collectives beside the measured one; two replicas count none. A rank count that is not
+// D x P x T is refused with the product spelled out.
+TEST_F(DistCliTest, BenchOnTensorAndDataParallelGrids) {
+  const RunResult prof = run(2, "profile --model=" + path("cfg.json") +
+                                    " --seq-len=32 --repeats=1 --out=" + path("c.json"));
+  ASSERT_EQ(prof.rc, 0) << prof.out;
+  const std::string args = "bench --model=" + path("cfg.json") +
+                           " --seq-len=32 --microbatches=2 --schedules=1f1b --stages=1"
+                           " --part-costs=" + path("c.json");
+  const RunResult tp = run(2, args + " --tensor-parallel=2 --out=" + path("tp.json"));
+  ASSERT_EQ(tp.rc, 0) << tp.out;
+  EXPECT_NE(tp.out.find("D=1 P=1 T=2"), std::string::npos) << tp.out;
+  EXPECT_NE(tp.out.find("tensor-parallel:"), std::string::npos) << tp.out;
+  const RunResult dp = run(2, args + " --data-parallel=2 --out=" + path("dp.json"));
+  ASSERT_EQ(dp.rc, 0) << dp.out;
+  const RunResult one = run(0, args + " --out=" + path("one.json"));
+  ASSERT_EQ(one.rc, 0) << one.out;
+  const auto jt = nlohmann::json::parse(std::ifstream(path("tp.json")));
+  const auto jd = nlohmann::json::parse(std::ifstream(path("dp.json")));
+  const auto j1 = nlohmann::json::parse(std::ifstream(path("one.json")));
+  EXPECT_EQ(jt["tensor_parallel"], 2);
+  EXPECT_EQ(jd["data_parallel"], 2);
+  const auto& rt = jt["rows"][0]["ranks_measured"];
+  const auto& rd = jd["rows"][0]["ranks_measured"];
+  const auto& r1 = j1["rows"][0]["ranks_measured"];
+  ASSERT_EQ(rt.size(), 2u);
+  ASSERT_EQ(rd.size(), 2u);
+  ASSERT_EQ(r1.size(), 1u);
+  EXPECT_GT(rt[0]["tp_collectives"].get<int64_t>(), 0);
+  EXPECT_EQ(rt[0]["tp_collectives"], rt[1]["tp_collectives"]);
+  EXPECT_EQ(rt[0]["tp_bytes_sent"], rt[1]["tp_bytes_sent"]);
+  for (const auto& r : rd) EXPECT_EQ(r["tp_collectives"], 0);
+  // The layers' matrices are split, the embedding, head and norms are not.
+  const int64_t whole = r1[0]["param_bytes"].get<int64_t>();
+  for (const auto& r : rt) {
+    EXPECT_LT(r["param_bytes"].get<int64_t>(), whole);
+    EXPECT_GT(r["param_bytes"].get<int64_t>(), whole / 2);
+  }
+  for (const auto& r : rd) EXPECT_EQ(r["param_bytes"].get<int64_t>(), whole);
+  EXPECT_GT(jt["rows"][0]["tp_comm_pred_s"].get<double>(), 0);
+  EXPECT_GT(jt["rows"][0]["tp_comm_s"].get<double>(), 0);
+  // Two replicas move twice the tokens of one in a step.
+  EXPECT_NEAR(jd["rows"][0]["tokens_per_s"].get<double>() * jd["rows"][0]["step_s"].get<double>(),
+              2 * 64, 1e-9);
+
+  const RunResult wrong = run(2, args + " --tensor-parallel=2 --data-parallel=2");
+  EXPECT_NE(wrong.rc, 0);
+  EXPECT_NE(wrong.out.find("--data-parallel x --stages x --tensor-parallel is 2 x 1 x 2 = 4"),
+            std::string::npos)
       << wrong.out;
 }
 
