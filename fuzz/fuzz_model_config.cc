@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "fuzz_util.h"
 #include "util/error.h"
 #include "util/json_text.h"
 #include "util/model_config.h"
@@ -12,14 +13,9 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace hp;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  nlohmann::json j;
-  try {
-    j = parse_json_text(text, "fuzz.json");
-  } catch (const nlohmann::json::exception&) {
-    return 0;  // malformed JSON text: the callers turn it into their own message
-  } catch (const Error&) {
-    return 0;
-  }
+  const std::optional<nlohmann::json> parsed = fuzz::parse_or_skip(text, "fuzz.json");
+  if (!parsed) return 0;  // malformed JSON text: the callers turn it into their own message
+  const nlohmann::json& j = *parsed;
   // Past the parser, only hp::Error may come out (a json type_error would be an unclear message).
   try {
     const ModelConfig c = ModelConfig::from_json(j, "fuzz.json");

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "fuzz_util.h"
 #include "schedule/lower.h"
 #include "schedule/text_io.h"
 #include "schedule/validate.h"
@@ -20,14 +21,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Schedule s;
   try {
     if (first != std::string_view::npos && text[first] == '{') {
-      nlohmann::json j;
-      try {
-        j = parse_json_text(text, "fuzz.json");
-      } catch (const nlohmann::json::exception&) {
-        return 0;
-      } catch (const Error&) {
-        return 0;
-      }
+      const std::optional<nlohmann::json> parsed = fuzz::parse_or_skip(text, "fuzz.json");
+      if (!parsed) return 0;
+      const nlohmann::json& j = *parsed;
       s = schedule_from_json(j, "fuzz.json");
     } else {
       s = schedule_from_text(text, "fuzz.txt");

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "fuzz_util.h"
 #include "schedule/generate.h"
 #include "schedule/lower.h"
 #include "sim/cost_model.h"
@@ -17,9 +18,7 @@
 
 namespace {
 
-void check(bool ok) {
-  if (!ok) __builtin_trap();
-}
+using hp::fuzz::check;
 
 // 1F1B on 2 stages, 3 micro-batches, 2 layers, lowered with the tiny model's message sizes.
 const hp::Schedule& schedule() {
@@ -53,14 +52,9 @@ void check_result(const hp::CostModel& cost) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace hp;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  nlohmann::json j;
-  try {
-    j = parse_json_text(text, "fuzz.json");
-  } catch (const nlohmann::json::exception&) {
-    return 0;
-  } catch (const Error&) {
-    return 0;
-  }
+  const std::optional<nlohmann::json> parsed = fuzz::parse_or_skip(text, "fuzz.json");
+  if (!parsed) return 0;
+  const nlohmann::json& j = *parsed;
   try {
     const CostModel cost = CostModel::from_part_costs(j, "fuzz.json");
     check_result(cost);

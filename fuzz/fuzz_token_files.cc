@@ -6,16 +6,11 @@
 #include <cstdint>
 #include <span>
 
+#include "fuzz_util.h"
 #include "data/token_formats.h"
 #include "util/error.h"
 
-namespace {
-
-void check(bool ok) {
-  if (!ok) __builtin_trap();
-}
-
-}  // namespace
+using hp::fuzz::check;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace hp;

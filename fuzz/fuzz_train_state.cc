@@ -8,29 +8,19 @@
 #include <cstdint>
 #include <string_view>
 
+#include "fuzz_util.h"
 #include "runtime/train_state.h"
 #include "util/error.h"
 #include "util/json_text.h"
 
-namespace {
-
-void check(bool ok) {
-  if (!ok) __builtin_trap();
-}
-
-}  // namespace
+using hp::fuzz::check;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace hp;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  nlohmann::json j;
-  try {
-    j = parse_json_text(text, "trainer_state.json");
-  } catch (const nlohmann::json::exception&) {
-    return 0;
-  } catch (const Error&) {
-    return 0;
-  }
+  const std::optional<nlohmann::json> parsed = fuzz::parse_or_skip(text, "trainer_state.json");
+  if (!parsed) return 0;
+  const nlohmann::json& j = *parsed;
   TrainState s;
   try {
     s = TrainState::from_json(j, "trainer_state.json");
