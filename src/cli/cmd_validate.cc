@@ -18,6 +18,7 @@ int cmd_validate(int argc, char** argv) {
                "helixpipe validate"};
   std::string file, model, format = "text";
   int64_t seq_len = 4096, mbs = 1;
+  int tp = 1;
   app.add_option("file", file, "schedule file, text or JSON (docs/formats/schedule.md)")
       ->required();
   app.add_option("--model", model,
@@ -28,6 +29,10 @@ int cmd_validate(int argc, char** argv) {
   app.add_option("--micro-batch-size", mbs, "sequences per micro-batch b (with --model)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  app.add_option("--tensor-parallel", tp,
+                 "tensor-parallel ranks T per stage (with --model): also give the stash and "
+                 "message bytes of one rank of a group (docs/tensor-parallel.md)")
+      ->check(CLI::Range(1, 1 << 16));
   app.add_option("--format", format, "report as text or json")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));
@@ -52,6 +57,7 @@ int cmd_validate(int argc, char** argv) {
     cfg = ModelConfig::load(model);
     opt.model = &cfg;
     opt.tokens_per_mb = seq_len * mbs;
+    opt.tensor_parallel = tp;
   }
   const ValidationReport r = validate(s, opt);
   if (format == "json") {
@@ -64,10 +70,13 @@ int cmd_validate(int argc, char** argv) {
       j["compute_ops"] = r.compute_ops;
       j["messages"] = r.messages;
       j["message_bytes"] = r.message_bytes;
+      j["tensor_parallel"] = opt.tensor_parallel;
+      j["message_bytes_per_rank"] = r.message_bytes_per_rank;
       nlohmann::json stages = nlohmann::json::array();
       for (size_t st = 0; st < r.peak_stash_items.size(); ++st)
         stages.push_back({{"stage", st},
                           {"peak_stash_bytes", r.peak_stash_bytes[st]},
+                          {"peak_stash_bytes_per_rank", r.peak_stash_bytes_per_rank[st]},
                           {"peak_stash_values", r.peak_stash_items[st]},
                           {"peak_after_op", r.peak_after_op[st]}});
       j["stages"] = stages;

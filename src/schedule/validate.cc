@@ -231,7 +231,7 @@ std::vector<std::string> value_names(const std::vector<Value>& vs) {
 
 // 5. The lowered program's structure and message contents.
 void check_lowered(const Schedule& s, const ScheduleIndex& index, const ValidateOptions& opt,
-                   Errors& err) {
+                   int64_t* per_rank_bytes, Errors& err) {
   const int p = s.num_stages, L = s.layers;
   std::map<int, int> by_id;
   for (size_t i = 0; i < s.messages.size(); ++i) {
@@ -339,6 +339,8 @@ void check_lowered(const Schedule& s, const ScheduleIndex& index, const Validate
       if (m.bytes != bytes)
         err.add("{} says {} bytes but its values take {} bytes for this model", message_label(m),
                 m.bytes, bytes);
+      *per_rank_bytes +=
+          values_bytes(want, *opt.model, opt.tokens_per_mb, opt.elem_bytes, opt.tensor_parallel);
     }
   }
   err.finish();
@@ -460,10 +462,10 @@ void check_execution(const Schedule& s, const ScheduleIndex& index, Errors& err,
 }  // namespace
 
 int64_t stash_bytes(const std::vector<StashItem>& items, const ModelConfig& cfg,
-                    int64_t tokens_per_mb, ElemBytes eb) {
+                    int64_t tokens_per_mb, ElemBytes eb, int tp) {
   int64_t n = 0;
   for (const StashItem& it : items)
-    n += value_elems(it.value, cfg, tokens_per_mb) * eb.of(it.value.kind);
+    n += value_elems(it.value, cfg, tokens_per_mb, tp) * eb.of(it.value.kind);
   return n;
 }
 
@@ -543,7 +545,15 @@ ValidationReport validate(const Schedule& s, const ValidateOptions& opt) {
     }
   }
   const ScheduleIndex low_index(low);
-  check_lowered(low, low_index, opt, err);
+  if (opt.model && opt.tensor_parallel > 1) {
+    try {
+      check_tensor_parallel(*opt.model, opt.tensor_parallel, opt.tokens_per_mb);
+    } catch (const Error& e) {
+      err.add("{}", e.what());
+      return r;
+    }
+  }
+  check_lowered(low, low_index, opt, &r.message_bytes_per_rank, err);
   if (err.any()) return r;
   check_matching(low, err);
   if (err.any()) return r;
@@ -555,8 +565,15 @@ ValidationReport validate(const Schedule& s, const ValidateOptions& opt) {
   r.peak_stash_bytes.assign(s.num_stages, 0);
   r.peak_stash_items.assign(s.num_stages, 0);
   r.peak_after_op.assign(s.num_stages, -1);
+  r.peak_stash_bytes_per_rank.assign(s.num_stages, 0);
   for (int st = 0; st < s.num_stages; ++st) {
     const auto trace = stash_trace(s, st);
+    if (opt.model && opt.tokens_per_mb > 0)
+      for (const auto& items : trace)
+        r.peak_stash_bytes_per_rank[st] =
+            std::max(r.peak_stash_bytes_per_rank[st],
+                     stash_bytes(items, *opt.model, opt.tokens_per_mb, opt.elem_bytes,
+                                 opt.tensor_parallel));
     for (int i = 0; i < static_cast<int>(trace.size()); ++i) {
       const int64_t bytes =
           opt.model && opt.tokens_per_mb > 0
@@ -592,6 +609,9 @@ std::string ValidationReport::text(const Schedule& s) const {
   out += fmt::format("ok: {}\n", title);
   out += fmt::format("  {} compute ops, {} messages", compute_ops, messages);
   if (message_bytes > 0) out += fmt::format(" ({:.3f} MiB)", static_cast<double>(message_bytes) / (1 << 20));
+  if (message_bytes_per_rank > 0 && message_bytes_per_rank != message_bytes)
+    out += fmt::format(" ({:.3f} MiB per tensor-parallel rank and link)",
+                       static_cast<double>(message_bytes_per_rank) / (1 << 20));
   out += "; every part runs once where it belongs, inputs arrive before use, sends and receives "
          "match, no deadlock\n";
   out += "  peak stash per stage:\n";
@@ -600,6 +620,11 @@ std::string ValidationReport::text(const Schedule& s) const {
     if (peak_stash_bytes[st] > 0)
       out += fmt::format(", {:>12} bytes ({:.2f} MiB)", peak_stash_bytes[st],
                          static_cast<double>(peak_stash_bytes[st]) / (1 << 20));
+    if (st < peak_stash_bytes_per_rank.size() && peak_stash_bytes_per_rank[st] > 0 &&
+        peak_stash_bytes_per_rank[st] != peak_stash_bytes[st])
+      out += fmt::format("; per tensor-parallel rank {} bytes ({:.2f} MiB)",
+                         peak_stash_bytes_per_rank[st],
+                         static_cast<double>(peak_stash_bytes_per_rank[st]) / (1 << 20));
     out += "\n";
   }
   return out;

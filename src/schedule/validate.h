@@ -35,6 +35,9 @@ struct ValidateOptions {
   const ModelConfig* model = nullptr;  // for message and stash bytes; counts only without it
   int64_t tokens_per_mb = 0;           // b*s of one micro-batch (bytes need it)
   ElemBytes elem_bytes{};              // of stashed values and messages (fp32 by default)
+  // Ranks T of a tensor-parallel group per stage (docs/tensor-parallel.md): the stash and message
+  // bytes are then also given per rank, each rank holding and sending its block of every value.
+  int tensor_parallel = 1;
 };
 
 struct ValidationReport {
@@ -47,6 +50,10 @@ struct ValidationReport {
   int compute_ops = 0;
   int messages = 0;
   int64_t message_bytes = 0;
+  // With tensor_parallel = T: what one rank of a group holds and sends (each message goes from a
+  // rank to the same-numbered rank of the next stage's group, so this is the bytes per link).
+  std::vector<int64_t> peak_stash_bytes_per_rank;
+  int64_t message_bytes_per_rank = 0;
 
   bool ok() const { return errors.empty(); }
   // Human-readable: "ok: ..." with per-stage peaks, or every error and the grid.
@@ -74,6 +81,6 @@ std::vector<std::vector<StashItem>> stash_trace(const Schedule& s, int stage);
 
 // Bytes of a stash set for a model config.
 int64_t stash_bytes(const std::vector<StashItem>& items, const ModelConfig& cfg,
-                    int64_t tokens_per_mb, ElemBytes eb = {});
+                    int64_t tokens_per_mb, ElemBytes eb = {}, int tp = 1);
 
 }  // namespace hp

@@ -231,6 +231,35 @@ TEST(ValidateCli, JsonReportOfABrokenFile) {
   EXPECT_FALSE(j.contains("stages"));
 }
 
+// --tensor-parallel: each rank of a group holds and sends its block of every value (rows, heads or
+// MLP columns split by T), so per rank the stash and the bytes per link are exactly the whole
+// stage's over T for a model T divides; a T that does not divide it is named.
+TEST(ValidateCli, TensorParallelGivesPerRankStashAndLinkBytes) {
+  const std::string file = ::testing::TempDir() + "hp_validate_tp_helix.txt";
+  ASSERT_EQ(run_cli("schedule --schedule=helix --stages=2 --microbatches=4 --layers=4 --folds=2 "
+                    "--out=" + file).code,
+            0);
+  CliResult r = run_cli("validate " + file +
+                        " --model=small --seq-len=256 --tensor-parallel=2 --format=json");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tensor_parallel"], 2);
+  EXPECT_GT(j["message_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(2 * j["message_bytes_per_rank"].get<int64_t>(), j["message_bytes"].get<int64_t>());
+  ASSERT_EQ(j["stages"].size(), 2u);
+  for (const auto& st : j["stages"]) {
+    EXPECT_GT(st["peak_stash_bytes"].get<int64_t>(), 0);
+    EXPECT_EQ(2 * st["peak_stash_bytes_per_rank"].get<int64_t>(), st["peak_stash_bytes"].get<int64_t>());
+  }
+  CliResult text = run_cli("validate " + file + " --model=small --seq-len=256 --tensor-parallel=2");
+  EXPECT_EQ(text.code, 0);
+  EXPECT_NE(text.out.find("per tensor-parallel rank and link"), std::string::npos) << text.out;
+  CliResult bad = run_cli("validate " + file + " --model=small --seq-len=256 --tensor-parallel=3");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE((bad.out + bad.err).find("tensor-parallel group of 3"), std::string::npos)
+      << bad.out << bad.err;
+}
+
 TEST(ValidateCli, ParseErrorsNameFileAndLine) {
   CliResult r = run_cli("validate " + data("broken_bad_part.txt"));
   EXPECT_EQ(r.code, 1);
