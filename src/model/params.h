@@ -183,38 +183,36 @@ void Params::from_host(Buffer& b, const std::vector<T>& host) {
   be_->upload(b.data(), f.data(), b.bytes());
 }
 
-template <typename T>
-void cut_shard(const ParamTensor& t, const TpShard& tp, const T* full, T* block) {
+// Calls copy(full_offset, block_offset, n) for each contiguous run of rank tp's block of t (the
+// whole tensor when t is not split): the one place that knows a block's layout.
+template <typename F>
+void for_each_shard_run(const ParamTensor& t, const TpShard& tp, F&& copy) {
   if (t.split_dim < 0) {
-    std::copy(full, full + t.numel, block);
+    copy(0, 0, t.numel);
     return;
   }
   const int64_t rows = t.full_shape[0], cols = t.full_shape.size() > 1 ? t.full_shape[1] : 1;
   if (t.split_dim == 0) {
     const int64_t n = rows / tp.size * cols;
-    std::copy(full + tp.rank * n, full + (tp.rank + 1) * n, block);
+    copy(tp.rank * n, 0, n);
     return;
   }
   const int64_t w = cols / tp.size;
-  for (int64_t r = 0; r < rows; ++r)
-    std::copy(full + r * cols + tp.rank * w, full + r * cols + (tp.rank + 1) * w, block + r * w);
+  for (int64_t r = 0; r < rows; ++r) copy(r * cols + tp.rank * w, r * w, w);
+}
+
+template <typename T>
+void cut_shard(const ParamTensor& t, const TpShard& tp, const T* full, T* block) {
+  for_each_shard_run(t, tp, [&](int64_t f, int64_t b, int64_t n) {
+    std::copy(full + f, full + f + n, block + b);
+  });
 }
 
 template <typename T>
 void place_shard(const ParamTensor& t, const TpShard& tp, const T* block, T* full) {
-  if (t.split_dim < 0) {
-    std::copy(block, block + t.numel, full);
-    return;
-  }
-  const int64_t rows = t.full_shape[0], cols = t.full_shape.size() > 1 ? t.full_shape[1] : 1;
-  if (t.split_dim == 0) {
-    const int64_t n = rows / tp.size * cols;
-    std::copy(block, block + n, full + tp.rank * n);
-    return;
-  }
-  const int64_t w = cols / tp.size;
-  for (int64_t r = 0; r < rows; ++r)
-    std::copy(block + r * w, block + (r + 1) * w, full + r * cols + tp.rank * w);
+  for_each_shard_run(t, tp, [&](int64_t f, int64_t b, int64_t n) {
+    std::copy(block + b, block + b + n, full + f);
+  });
 }
 
 }  // namespace hp

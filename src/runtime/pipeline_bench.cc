@@ -54,7 +54,7 @@ Measured measure_pipeline(Comm& world, const Schedule& sch, const BenchSetup& b,
   st.params().init(1);
   // Slots, summed over the world as a gather: [steps x W] step totals, then [W x kStats] the last
   // step's numbers of every rank.
-  constexpr int kStats = 10;
+  constexpr int kStats = 12;
   std::vector<double> buf(static_cast<size_t>(b.steps * W + kStats * W), 0.0);
   Timeline tl;
   tl.num_stages = P;
@@ -72,6 +72,21 @@ Measured measure_pipeline(Comm& world, const Schedule& sch, const BenchSetup& b,
   const int64_t param_bytes =
       st.params().size() * (2 * dtype_bytes(prec.master) +
                             (prec.weight_copy() ? dtype_bytes(prec.compute) : 0));
+  // Every collective's time on every rank of the group: index by index, the group's shortest is
+  // the transfer, the rest of this rank's time is waiting for the others to arrive.
+  double transfer = 0, skew = 0;
+  if (T > 1) {
+    const std::vector<double>& mine = last.tp.each;
+    std::vector<double> all(mine.size() * static_cast<size_t>(T), 0.0);
+    std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(mine.size() * grid.t));
+    grid.tensor->allreduce_sum(all.data(), static_cast<int64_t>(all.size()));
+    for (size_t i = 0; i < mine.size(); ++i) {
+      double lo = mine[i];
+      for (int r = 0; r < T; ++r) lo = std::min(lo, all[static_cast<size_t>(r) * mine.size() + i]);
+      transfer += lo;
+      skew += mine[i] - lo;
+    }
+  }
   double* s = &buf[static_cast<size_t>(b.steps * W + kStats * me)];
   s[0] = last.stats.total_s;
   s[1] = last.stats.busy_s;
@@ -83,25 +98,10 @@ Measured measure_pipeline(Comm& world, const Schedule& sch, const BenchSetup& b,
   s[7] = last.tp.seconds;
   s[8] = static_cast<double>(param_bytes);
   s[9] = grid.p;
+  s[10] = transfer;
+  s[11] = skew;
   world.allreduce_sum(buf.data(), static_cast<int64_t>(buf.size()));
   if (want_timeline) gather_timeline(*grid.pipeline, tl);
-  // Every collective's time on every rank of the group: index by index, the group's shortest is
-  // the transfer, the rest of each rank's time is waiting for the others to arrive.
-  std::vector<double> transfer(static_cast<size_t>(W), 0.0), skew(transfer);
-  if (T > 1) {
-    const std::vector<double>& mine = last.tp.each;
-    std::vector<double> all(mine.size() * static_cast<size_t>(T), 0.0);
-    std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(mine.size() * grid.t));
-    grid.tensor->allreduce_sum(all.data(), static_cast<int64_t>(all.size()));
-    for (size_t i = 0; i < mine.size(); ++i) {
-      double lo = mine[i];
-      for (int r = 0; r < T; ++r) lo = std::min(lo, all[static_cast<size_t>(r) * mine.size() + i]);
-      transfer[static_cast<size_t>(me)] += lo;
-      skew[static_cast<size_t>(me)] += mine[i] - lo;
-    }
-    world.allreduce_sum(transfer.data(), W);
-    world.allreduce_sum(skew.data(), W);
-  }
 
   Measured m;
   for (int r = 0; r < b.steps; ++r) {
@@ -117,8 +117,8 @@ Measured measure_pipeline(Comm& world, const Schedule& sch, const BenchSetup& b,
     rm.tp_collectives = static_cast<int64_t>(x[5]);
     rm.tp_bytes_sent = static_cast<int64_t>(x[6]);
     rm.tp_seconds = x[7];
-    rm.tp_transfer_s = transfer[static_cast<size_t>(q)];
-    rm.tp_skew_s = skew[static_cast<size_t>(q)];
+    rm.tp_transfer_s = x[10];
+    rm.tp_skew_s = x[11];
     rm.param_bytes = static_cast<int64_t>(x[8]);
     m.ranks.push_back(rm);
     if (q >= P * T || q % T != 0) continue;  // a stage's row: replica 0, tensor rank 0

@@ -566,19 +566,19 @@ ValidationReport validate(const Schedule& s, const ValidateOptions& opt) {
   r.peak_stash_items.assign(s.num_stages, 0);
   r.peak_after_op.assign(s.num_stages, -1);
   r.peak_stash_bytes_per_rank.assign(s.num_stages, 0);
+  const bool sized = opt.model && opt.tokens_per_mb > 0;
   for (int st = 0; st < s.num_stages; ++st) {
     const auto trace = stash_trace(s, st);
-    if (opt.model && opt.tokens_per_mb > 0)
-      for (const auto& items : trace)
-        r.peak_stash_bytes_per_rank[st] =
-            std::max(r.peak_stash_bytes_per_rank[st],
-                     stash_bytes(items, *opt.model, opt.tokens_per_mb, opt.elem_bytes,
-                                 opt.tensor_parallel));
     for (int i = 0; i < static_cast<int>(trace.size()); ++i) {
       const int64_t bytes =
-          opt.model && opt.tokens_per_mb > 0
-              ? stash_bytes(trace[i], *opt.model, opt.tokens_per_mb, opt.elem_bytes)
-              : 0;
+          sized ? stash_bytes(trace[i], *opt.model, opt.tokens_per_mb, opt.elem_bytes) : 0;
+      if (sized)
+        r.peak_stash_bytes_per_rank[st] =
+            std::max(r.peak_stash_bytes_per_rank[st],
+                     opt.tensor_parallel == 1
+                         ? bytes
+                         : stash_bytes(trace[i], *opt.model, opt.tokens_per_mb, opt.elem_bytes,
+                                       opt.tensor_parallel));
       const bool higher = opt.model ? bytes > r.peak_stash_bytes[st]
                                     : static_cast<int>(trace[i].size()) > r.peak_stash_items[st];
       if (higher) {

@@ -26,14 +26,13 @@ std::string PlanCase::label() const {
 }
 
 double tp_collective_time(double bytes, int t, const LinkProfile& link) {
-  if (t <= 1) return 0;
-  double per = link.bandwidth_Bps > 0 ? bytes * (t - 1) / t / link.bandwidth_Bps : 0;
-  return per + (t - 1) * link.latency_s;
+  return tp_group_time(1, bytes * (t - 1) / t, t, link);
 }
 
-double tp_group_time(int64_t collectives, int64_t bytes_sent, int t, const LinkProfile& link) {
+
+double tp_group_time(int64_t collectives, double bytes_sent, int t, const LinkProfile& link) {
   if (t <= 1) return 0;
-  const double wire = link.bandwidth_Bps > 0 ? static_cast<double>(bytes_sent) / link.bandwidth_Bps : 0;
+  const double wire = link.bandwidth_Bps > 0 ? bytes_sent / link.bandwidth_Bps : 0;
   return static_cast<double>(collectives) * (t - 1) * link.latency_s + wire;
 }
 

@@ -48,7 +48,7 @@ double tp_collective_time(double bytes, int t, const LinkProfile& link);
 // in all: each costs t - 1 messages' latency, and the bytes cross the link once. The same charge
 // as tp_collective_time (a ring sends (t-1)/t of the gathered bytes per rank), for collectives
 // counted in a run (helixpipe bench --tensor-parallel).
-double tp_group_time(int64_t collectives, int64_t bytes_sent, int t, const LinkProfile& link);
+double tp_group_time(int64_t collectives, double bytes_sent, int t, const LinkProfile& link);
 // Seconds of one ring all-reduce of `bytes` over d.
 double dp_allreduce_time(double bytes, int d, const LinkProfile& link);
 
