@@ -132,7 +132,7 @@ void print_prediction_legend() {
 
 // The part costs for the predictions, with the stash and messages sized in `prec`.
 CostSetup bench_cost(const BenchFlags& f, const Precision& prec) {
-  CostFlags cf;
+  CostSpec cf;
   cf.part_costs = f.part_costs;
   cf.model = f.model;
   cf.seq_len = f.seq_len;
@@ -283,7 +283,7 @@ RowText add_prediction(nlohmann::json& row, const ScheduleSpec& spec, const Cost
                        const std::vector<int64_t>& stash, const std::string& label,
                        const Timeline* measured_tl, const std::string& timeline_path) {
   RowText x;
-  SimRun sr = run_one(spec, cost, measured_tl != nullptr, scale);
+  SimRun sr = simulate_spec(spec, cost, measured_tl != nullptr, scale);
   std::vector<int64_t> pm;
   std::vector<double> pbusy;
   for (const auto& s : sr.result.stages) {
@@ -299,7 +299,7 @@ RowText add_prediction(nlohmann::json& row, const ScheduleSpec& spec, const Cost
     const double unscaled = pbusy[q] / (scale.empty() ? 1.0 : scale[q]);
     replay_scale.push_back(unscaled > 0 ? m.stages[q].busy_s / unscaled : 1.0);
   }
-  const double replay = run_one(spec, cost, false, replay_scale).result.makespan;
+  const double replay = simulate_spec(spec, cost, false, replay_scale).result.makespan;
   row["replay_step_s"] = replay;
   x.rerr = fmt::format("{:+.1f}%", 100 * (replay - t) / t);
   if (!scale.empty()) {

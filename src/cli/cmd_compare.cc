@@ -9,25 +9,10 @@
 
 #include "cli/commands.h"
 #include "cli/sim_common.h"
+#include "sim/compare.h"
 #include "util/error.h"
 
 namespace hp::cli {
-
-namespace {
-
-struct Entry {
-  std::string label;
-  ScheduleSpec spec;
-  std::optional<SimRun> run;
-  std::string error;  // why this schedule cannot run this shape
-  double allreduce = 0;  // DP gradient all-reduce after the flush
-  double iteration = 0;  // makespan + allreduce
-  double tokens_per_s = 0;  // all DP pipelines
-  std::optional<GpuMemory> memory;  // per GPU, when the model and the device are known
-  bool fits = true;
-};
-
-}  // namespace
 
 int cmd_compare(int argc, char** argv) {
   CLI::App app{"Simulate every schedule side by side on one model, sequence length and device:\n"
@@ -48,7 +33,7 @@ int cmd_compare(int argc, char** argv) {
       "  helixpipe compare --model=1.3b --seq-len=32768 --stages=4 --microbatches=8 --device=a800 \\\n"
       "      --recompute=full --format=json");
   ShapeFlags shape;
-  CostFlags costf;
+  CostSpec costf;
   std::string format = "text";
   add_shape_flags(app, shape, /*with_schedule=*/false);
   add_cost_flags(app, costf);
@@ -60,96 +45,14 @@ int cmd_compare(int argc, char** argv) {
            "and --virtual");
 
   CostSetup c = build_cost(costf);
-  const int L = resolve_layers(shape, c);
-  std::vector<Entry> entries;
-  auto add = [&](const std::string& label, const std::string& name, int folds, int v) {
-    Entry e;
-    e.label = label;
-    e.spec.name = name;
-    e.spec.stages = shape.stages;
-    e.spec.microbatches = shape.microbatches;
-    e.spec.layers = L;
-    e.spec.folds = folds;
-    e.spec.virtual_stages = v;
-    entries.push_back(std::move(e));
-  };
-  add("gpipe", "gpipe", 1, 1);
-  add("1f1b", "1f1b", 1, 1);
-  add("interleaved V=2", "interleaved", 1, 2);
-  add("zb1p", "zb1p", 1, 1);
-  add("helix F=1", "helix", 1, 1);
-  add("helix F=2", "helix", 2, 1);
-  const Layout& lay = c.layout;
-  const double memory_limit = c.device ? c.device->memory_bytes : 0;
-  double base = 0;  // 1F1B's iteration
-  for (Entry& e : entries) {
-    try {
-      e.run = run_one(e.spec, c, false);
-    } catch (const Error& err) {
-      e.error = err.what();
-      continue;
-    }
-    const SimResult& r = e.run->result;
-    if (c.model && c.device) {
-      const std::string& sched = e.spec.name;
-      const double params =
-          static_cast<double>(max_stage_params(*c.model, sched, shape.stages)) / lay.tp;
-      const LinkProfile& dp_link =
-          lay.tp * lay.dp <= c.device->gpus_per_node ? c.device->intra : c.device->inter;
-      e.allreduce = dp_allreduce_time(params * 2, lay.dp, dp_link);
-      double stash = 0;  // the busiest stage's, whole TP group
-      for (const auto& st : r.stages)
-        stash = std::max(stash, static_cast<double>(st.peak_activation_bytes) * lay.tp);
-      e.memory = gpu_memory(*c.model, sched, {lay.tp, shape.stages, lay.dp}, c.tokens_per_mb, stash,
-                            0, c.device->bytes_per_elem());
-      e.fits = memory_limit <= 0 || e.memory->total() <= memory_limit;
-    }
-    e.iteration = r.makespan + e.allreduce;
-    e.tokens_per_s = e.iteration > 0 && c.tokens_per_mb > 0
-                         ? static_cast<double>(c.tokens_per_mb) * shape.microbatches * lay.dp /
-                               e.iteration
-                         : r.tokens_per_s;
-    if (e.spec.name == "1f1b") base = e.iteration;
-  }
-
+  const int L = resolve_layers(shape.layers, c);
+  const Comparison cmp = compare_schedules(c, shape.stages, shape.microbatches, L);
   if (format == "json") {
-    nlohmann::json out = {{"version", 1},
-                          {"costs", c.cost.source()},
-                          {"stages", shape.stages},
-                          {"microbatches", shape.microbatches},
-                          {"layers", L},
-                          {"tp", lay.tp},
-                          {"data_parallel", lay.dp}};
-    if (memory_limit > 0) out["memory_bytes"] = memory_limit;
-    if (c.tokens_per_mb > 0) out["tokens_per_microbatch"] = c.tokens_per_mb;
-    nlohmann::json results = nlohmann::json::array();
-    for (const Entry& e : entries) {
-      nlohmann::json j;
-      if (e.run) {
-        j = sim_result_json(e.run->result, e.run->schedule);
-        j["tokens_per_s"] = e.tokens_per_s;
-        j["allreduce_s"] = e.allreduce;
-        j["iteration_s"] = e.iteration;
-        j["speedup_vs_1f1b"] = base > 0 ? base / e.iteration : 0.0;
-        if (e.memory) {
-          j["memory_per_gpu_bytes"] = e.memory->total();
-          j["memory"] = {{"model_states", e.memory->model_states},
-                         {"activations", e.memory->activations},
-                         {"working", e.memory->working}};
-          if (memory_limit > 0) j["fits"] = e.fits;
-        }
-      } else {
-        j = {{"schedule", e.spec.name}, {"folds", e.spec.folds}, {"virtual", e.spec.virtual_stages},
-             {"error", e.error}};
-      }
-      j["label"] = e.label;
-      results.push_back(std::move(j));
-    }
-    out["results"] = std::move(results);
-    fmt::print("{}\n", out.dump(2));
+    fmt::print("{}\n", comparison_json(cmp, c).dump(2));
     return 0;
   }
-
+  const Layout& lay = c.layout;
+  const double base = cmp.base, memory_limit = cmp.memory_limit;
   fmt::print("costs: {}   p={} m={} L={}{}\n\n", c.cost.source(), shape.stages, shape.microbatches, L,
              lay.tp > 1 || lay.dp > 1 ? "   layout " + Layout{lay.tp, shape.stages, lay.dp}.str() +
                                             " (stash and memory per GPU)"
@@ -158,7 +61,7 @@ int cmd_compare(int argc, char** argv) {
              "recomp", "iteration", "tokens/s", "vs 1f1b", "bubble", "MFU", "stash max",
              "stash min", "mem/GPU");
   int over = 0;
-  for (const Entry& e : entries) {
+  for (const CompareEntry& e : cmp.entries) {
     if (!e.run) {
       fmt::print("{:<16} n/a: {}\n", e.label, e.error);
       continue;
@@ -185,7 +88,7 @@ int cmd_compare(int argc, char** argv) {
                over, human_bytes(memory_limit), c.device->name);
   if (c.model) {
     fmt::print("\npeak activation stash per stage:\n");
-    for (const Entry& e : entries) {
+    for (const CompareEntry& e : cmp.entries) {
       if (!e.run) continue;
       fmt::print("  {:<16}", e.label);
       for (const auto& st : e.run->result.stages)

@@ -63,7 +63,7 @@ int cmd_simulate(int argc, char** argv) {
       "  helixpipe simulate --schedule=helix --stages=4 --microbatches=8 --folds=2 --model=small \\\n"
       "      --seq-len=8192 --device=cpu --timeline=helix.svg --trace=helix.trace.json");
   ShapeFlags shape;
-  CostFlags costf;
+  CostSpec costf;
   std::string format = "text", timeline, trace;
   add_shape_flags(app, shape);
   add_cost_flags(app, costf);
@@ -77,10 +77,10 @@ int cmd_simulate(int argc, char** argv) {
   spec.name = shape.schedule;
   spec.stages = shape.stages;
   spec.microbatches = shape.microbatches;
-  spec.layers = resolve_layers(shape, c);
+  spec.layers = resolve_layers(shape.layers, c);
   spec.folds = shape.folds;
   spec.virtual_stages = shape.virtual_stages;
-  SimRun run = run_one(spec, c, !timeline.empty() || !trace.empty());
+  SimRun run = simulate_spec(spec, c, !timeline.empty() || !trace.empty());
   write_timelines(run.result, timeline, trace);
   if (format == "json") {
     nlohmann::json j = sim_result_json(run.result, run.schedule);

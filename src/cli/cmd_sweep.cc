@@ -7,7 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/sim_common.h"
-#include "sim/parallel.h"
+#include "sim/plan.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -37,40 +37,6 @@ std::vector<int64_t> parse_list(const std::string& text, const char* flag) {
   }
   HP_CHECK(!out.empty(), "{}: empty list", flag);
   return out;
-}
-
-// The best fitting configuration of one schedule family at one (s, N); fits = false when none.
-PlanResult best_of(const std::string& family, const ModelConfig& cfg, int64_t s, int gpus,
-                   const DeviceProfile& dev, double memory, int global_batch, int want_tp, int want_pp) {
-  PlanResult best;
-  for (const Layout& lay : layouts(gpus, static_cast<int>(cfg.layers), dev.gpus_per_node)) {
-    if ((want_tp && lay.tp != want_tp) || (want_pp && lay.pp != want_pp)) continue;
-    if (global_batch % lay.dp) continue;
-    const int m = global_batch / lay.dp;
-    std::vector<PlanCase> cases;
-    PlanCase c;
-    c.schedule = family;
-    c.layout = lay;
-    c.microbatches = m;
-    if (family == "helix") {
-      for (int F : {1, 2})
-        for (Recompute r : {Recompute::kNoAttn, Recompute::kNone}) {
-          c.folds = F;
-          c.recompute = r;
-          cases.push_back(c);
-        }
-    } else {
-      for (Recompute r : {Recompute::kNone, Recompute::kFull}) {
-        c.recompute = r;
-        cases.push_back(c);
-      }
-    }
-    for (PlanCase& pc : cases) {
-      PlanResult r = evaluate_fitting(pc, cfg, s, dev, memory);
-      if (r.fits && (!best.fits || r.tokens_per_s > best.tokens_per_s)) best = r;
-    }
-  }
-  return best;
 }
 
 }  // namespace
@@ -110,8 +76,7 @@ int cmd_sweep(int argc, char** argv) {
   const DeviceProfile dev = device_profile(device);
   const auto seqs = parse_list(seq_text, "--seq-lens");
   const auto gpus = parse_list(gpu_text, "--gpus");
-  const double memory = memory_gib > 0 ? memory_gib * (1ull << 30) : dev.memory_bytes;
-  HP_CHECK(memory > 0, "device '{}' states no memory; give --memory=GiB", dev.name);
+  const double memory = usable_memory(dev, memory_gib);
 
   nlohmann::json rows = nlohmann::json::array();
   if (format == "text") {
@@ -128,24 +93,13 @@ int cmd_sweep(int argc, char** argv) {
   };
   for (int64_t s : seqs) {
     for (int64_t n : gpus) {
-      PlanResult h = best_of("helix", cfg, s, static_cast<int>(n), dev, memory, global_batch, want_tp, want_pp);
-      PlanResult o = best_of("1f1b", cfg, s, static_cast<int>(n), dev, memory, global_batch, want_tp, want_pp);
-      PlanResult z = best_of("zb1p", cfg, s, static_cast<int>(n), dev, memory, global_batch, want_tp, want_pp);
+      PlanResult h = best_fitting("helix", cfg, s, static_cast<int>(n), dev, memory, global_batch, want_tp, want_pp);
+      PlanResult o = best_fitting("1f1b", cfg, s, static_cast<int>(n), dev, memory, global_batch, want_tp, want_pp);
+      PlanResult z = best_fitting("zb1p", cfg, s, static_cast<int>(n), dev, memory, global_batch, want_tp, want_pp);
       double base = std::max(o.fits ? o.tokens_per_s : 0.0, z.fits ? z.tokens_per_s : 0.0);
       double gain = h.fits && base > 0 ? h.tokens_per_s / base - 1 : 0;
-      nlohmann::json row = {{"seq_len", s}, {"gpus", n}};
-      for (const auto& [name, r] : {std::pair<const char*, const PlanResult*>{"helix", &h},
-                                    {"1f1b", &o}, {"zb1p", &z}}) {
-        nlohmann::json j = {{"fits", r->fits}};
-        if (r->fits) {
-          j.update({{"tp", r->c.layout.tp}, {"pp", r->c.layout.pp}, {"dp", r->c.layout.dp},
-                    {"config", r->c.label()}, {"microbatches", r->c.microbatches},
-                    {"tokens_per_s", r->tokens_per_s}, {"mfu", r->mfu},
-                    {"memory_per_gpu_bytes", r->memory.total()},
-                    {"bubble_fraction", r->bubble_fraction}, {"comm_exposed", r->comm_exposed}});
-        }
-        row[name] = j;
-      }
+      nlohmann::json row = {{"seq_len", s}, {"gpus", n}, {"helix", sweep_entry_json(h)},
+                            {"1f1b", sweep_entry_json(o)}, {"zb1p", sweep_entry_json(z)}};
       if (h.fits && base > 0) row["helix_gain"] = gain;
       rows.push_back(row);
       if (format == "text") {

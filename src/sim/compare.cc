@@ -1,0 +1,100 @@
+#include "sim/compare.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace hp {
+
+Comparison compare_schedules(const CostSetup& c, int stages, int microbatches, int layers) {
+  Comparison cmp;
+  cmp.stages = stages;
+  cmp.microbatches = microbatches;
+  cmp.layers = layers;
+  auto add = [&](const std::string& label, const std::string& name, int folds, int v) {
+    CompareEntry e;
+    e.label = label;
+    e.spec.name = name;
+    e.spec.stages = stages;
+    e.spec.microbatches = microbatches;
+    e.spec.layers = layers;
+    e.spec.folds = folds;
+    e.spec.virtual_stages = v;
+    cmp.entries.push_back(std::move(e));
+  };
+  add("gpipe", "gpipe", 1, 1);
+  add("1f1b", "1f1b", 1, 1);
+  add("interleaved V=2", "interleaved", 1, 2);
+  add("zb1p", "zb1p", 1, 1);
+  add("helix F=1", "helix", 1, 1);
+  add("helix F=2", "helix", 2, 1);
+  const Layout& lay = c.layout;
+  cmp.memory_limit = c.device ? c.device->memory_bytes : 0;
+  for (CompareEntry& e : cmp.entries) {
+    try {
+      e.run = simulate_spec(e.spec, c, false);
+    } catch (const Error& err) {
+      e.error = err.what();
+      continue;
+    }
+    const SimResult& r = e.run->result;
+    if (c.model && c.device) {
+      const std::string& sched = e.spec.name;
+      const double params = static_cast<double>(max_stage_params(*c.model, sched, stages)) / lay.tp;
+      const LinkProfile& dp_link =
+          lay.tp * lay.dp <= c.device->gpus_per_node ? c.device->intra : c.device->inter;
+      e.allreduce = dp_allreduce_time(params * 2, lay.dp, dp_link);
+      double stash = 0;  // the busiest stage's, whole TP group
+      for (const auto& st : r.stages)
+        stash = std::max(stash, static_cast<double>(st.peak_activation_bytes) * lay.tp);
+      e.memory = gpu_memory(*c.model, sched, {lay.tp, stages, lay.dp}, c.tokens_per_mb, stash, 0,
+                            c.device->bytes_per_elem());
+      e.fits = cmp.memory_limit <= 0 || e.memory->total() <= cmp.memory_limit;
+    }
+    e.iteration = r.makespan + e.allreduce;
+    e.tokens_per_s = e.iteration > 0 && c.tokens_per_mb > 0
+                         ? static_cast<double>(c.tokens_per_mb) * microbatches * lay.dp / e.iteration
+                         : r.tokens_per_s;
+    if (e.spec.name == "1f1b") cmp.base = e.iteration;
+  }
+  return cmp;
+}
+
+nlohmann::json comparison_json(const Comparison& cmp, const CostSetup& c) {
+  nlohmann::json out = {{"version", 1},
+                        {"costs", c.cost.source()},
+                        {"stages", cmp.stages},
+                        {"microbatches", cmp.microbatches},
+                        {"layers", cmp.layers},
+                        {"tp", c.layout.tp},
+                        {"data_parallel", c.layout.dp}};
+  if (cmp.memory_limit > 0) out["memory_bytes"] = cmp.memory_limit;
+  if (c.tokens_per_mb > 0) out["tokens_per_microbatch"] = c.tokens_per_mb;
+  nlohmann::json results = nlohmann::json::array();
+  for (const CompareEntry& e : cmp.entries) {
+    nlohmann::json j;
+    if (e.run) {
+      j = sim_result_json(e.run->result, e.run->schedule);
+      j["tokens_per_s"] = e.tokens_per_s;
+      j["allreduce_s"] = e.allreduce;
+      j["iteration_s"] = e.iteration;
+      j["speedup_vs_1f1b"] = cmp.base > 0 ? cmp.base / e.iteration : 0.0;
+      if (e.memory) {
+        j["memory_per_gpu_bytes"] = e.memory->total();
+        j["memory"] = {{"model_states", e.memory->model_states},
+                       {"activations", e.memory->activations},
+                       {"working", e.memory->working}};
+        if (cmp.memory_limit > 0) j["fits"] = e.fits;
+      }
+    } else {
+      j = {{"schedule", e.spec.name}, {"folds", e.spec.folds}, {"virtual", e.spec.virtual_stages},
+           {"error", e.error}};
+    }
+    j["label"] = e.label;
+    results.push_back(std::move(j));
+  }
+  out["results"] = std::move(results);
+  return out;
+}
+
+}  // namespace hp
