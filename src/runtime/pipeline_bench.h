@@ -1,6 +1,6 @@
 // Measured pipeline steps for `helixpipe bench`: every rank runs the same DistStage and
-// StageExecutor the trainers use, one stage per rank, and the results come back as numbers; the
-// CLI (cli/cmd_bench.cc) sets them beside the simulator's predictions and prints them.
+// StageExecutor the trainers use, one stage per rank, and the results come back as numbers;
+// runtime/bench_run.h sets them beside the simulator's predictions and cli/cmd_bench.cc prints them.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,303 @@
+#include "runtime/bench_run.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "schedule/generate.h"
+#include "model/value_store.h"
+#include "schedule/lower.h"
+#include "sim/timeline.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace hp {
+
+namespace {
+
+// In table order.
+const std::vector<BenchVariant> kVariants = {{"1f1b", "1f1b", "1f1b", 1},
+                                             {"gpipe", "gpipe", "gpipe", 1},
+                                             {"zb1p", "zb1p", "zb1p", 1},
+                                             {"interleaved", "interleaved", "interleaved", 1},
+                                             {"helix1", "helix F=1", "helix", 1},
+                                             {"helix2", "helix F=2", "helix", 2}};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// Deterministic tokens and targets for n positions of a vocabulary of `vocab`.
+void bench_tokens(int64_t n, int64_t vocab, std::vector<int32_t>& tokens,
+                  std::vector<int32_t>& targets) {
+  tokens.resize(static_cast<size_t>(n));
+  targets.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 3) % vocab);
+    targets[static_cast<size_t>(i)] = static_cast<int32_t>((i * 104729 + 11) % vocab);
+  }
+}
+
+// The measured half of a row: the worst stage's bubble and communication wait, every stage's
+// peaks, and the JSON row before the predictions are added.
+void fill_measured(BenchRow& x, const Schedule& sch, bool natural, const BenchRequest& r,
+                   const Measured& m) {
+  for (const auto& s : m.stages) {
+    x.bubble = std::max(x.bubble, s.bubble_fraction());
+    x.comm_wait = std::max(x.comm_wait, s.comm_wait_s);
+    x.stash.push_back(s.peak_stash_bytes);
+    x.store.push_back(s.peak_bytes);
+  }
+  const BenchVariant& v = *x.variant;
+  x.json = {{"label", v.label},
+            {"schedule", v.name},
+            {"folds", v.folds},
+            {"recompute", recompute_str(sch.recompute)},
+            {"natural_policy", natural},
+            {"seq_len", r.seq_len},
+            {"stages", r.stages},
+            {"data_parallel", r.data_parallel},
+            {"tensor_parallel", r.tensor_parallel},
+            {"microbatches", r.microbatches},
+            {"step_s", x.step_s},
+            {"steps_s", m.step_s},
+            {"tokens_per_s", x.tokens_per_s},
+            {"vs_1f1b", x.vs_1f1b},
+            {"bubble_fraction", x.bubble},
+            {"comm_wait_s", x.comm_wait},
+            {"peak_stash_bytes", x.stash},
+            {"peak_store_bytes", x.store}};
+  nlohmann::json st_json = nlohmann::json::array();
+  for (const auto& s : m.stages)
+    st_json.push_back({{"total_s", s.total_s},
+                       {"busy_s", s.busy_s},
+                       {"comm_wait_s", s.comm_wait_s},
+                       {"peak_stash_bytes", s.peak_stash_bytes},
+                       {"peak_bytes", s.peak_bytes}});
+  x.json["stages_measured"] = st_json;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankMeasured& q : m.ranks)
+    ranks.push_back({{"tp_collectives", q.tp_collectives},
+                     {"tp_bytes_sent", q.tp_bytes_sent},
+                     {"tp_comm_s", q.tp_seconds},
+                     {"tp_transfer_s", q.tp_transfer_s},
+                     {"tp_skew_s", q.tp_skew_s},
+                     {"peak_store_bytes", q.peak_store_bytes},
+                     {"param_bytes", q.param_bytes}});
+  x.json["ranks_measured"] = ranks;
+}
+
+// Memory per rank and, with tensor parallelism, the busiest rank's collectives beside the
+// simulator's link model for the same collectives and bytes.
+void fill_ranks(BenchRow& x, const BenchRequest& r, const Measured& m,
+                const std::optional<CostSetup>& cost) {
+  const RankMeasured* busiest = &m.ranks.front();
+  for (const RankMeasured& q : m.ranks) {
+    x.peak_rank_bytes = std::max(x.peak_rank_bytes, q.param_bytes + q.peak_store_bytes);
+    if (q.tp_seconds > busiest->tp_seconds) busiest = &q;
+  }
+  x.busiest = *busiest;
+  x.tp_link = m.tp_link;
+  x.json["peak_rank_bytes"] = x.peak_rank_bytes;
+  if (r.tensor_parallel <= 1) return;
+  x.tp_pred_s = tp_group_time(busiest->tp_collectives, busiest->tp_bytes_sent, r.tensor_parallel,
+                              m.tp_link);
+  x.json["tp_comm_s"] = busiest->tp_seconds;
+  x.json["tp_transfer_s"] = busiest->tp_transfer_s;
+  x.json["tp_comm_pred_s"] = x.tp_pred_s;
+  x.json["tp_link"] = {{"latency_s", m.tp_link.latency_s},
+                       {"bandwidth_Bps", m.tp_link.bandwidth_Bps}};
+  if (cost) {
+    x.tp_pred_pingpong_s = tp_group_time(busiest->tp_collectives, busiest->tp_bytes_sent,
+                                         r.tensor_parallel, cost->cost.link(0, 0));
+    x.json["tp_comm_pred_pingpong_s"] = *x.tp_pred_pingpong_s;
+  }
+}
+
+// The simulator's prediction for one measured run, added to the row: each stage's compute scaled
+// by its cores' calibration, and a replay given each stage's measured busy time, so that what is
+// left of the error is the schedule, bubble and communication model alone. With `measured_tl`,
+// writes the side-by-side timeline.
+void add_prediction(BenchRow& x, const ScheduleSpec& spec, const CostSetup& cost, const Measured& m,
+                    const CalibratedRun& run, const Timeline* measured_tl,
+                    const std::string& timeline_path) {
+  BenchPrediction p;
+  p.scale = run.scale;
+  SimRun sr = simulate_spec(spec, cost, measured_tl != nullptr, run.scale);
+  std::vector<double> pbusy;
+  for (const auto& s : sr.result.stages) {
+    p.stash.push_back(s.peak_activation_bytes);
+    pbusy.push_back(s.busy);
+  }
+  nlohmann::json& row = x.json;
+  row["predicted_busy_s"] = pbusy;
+  row["stage_time_scale"] = run.scale;
+  row["core_before"] = run.before;
+  row["core_after"] = run.after;
+  std::vector<double> replay_scale;
+  for (size_t q = 0; q < m.stages.size(); ++q) {
+    const double unscaled = pbusy[q] / (run.scale.empty() ? 1.0 : run.scale[q]);
+    replay_scale.push_back(unscaled > 0 ? m.stages[q].busy_s / unscaled : 1.0);
+  }
+  p.replay_step_s = simulate_spec(spec, cost, false, replay_scale).result.makespan;
+  row["replay_step_s"] = p.replay_step_s;
+  p.step_s = sr.result.makespan;
+  p.bubble_fraction = sr.result.bubble_fraction;
+  p.stash_exact = p.stash == x.stash;
+  row["predicted_step_s"] = p.step_s;
+  row["predicted_bubble_fraction"] = p.bubble_fraction;
+  row["predicted_peak_stash_bytes"] = p.stash;
+  row["stash_exact"] = p.stash_exact;
+  if (measured_tl) {
+    sr.result.timeline.title = "simulated: " + x.variant->label;
+    write_file_atomic(timeline_path, render_side_by_side(sr.result.timeline, *measured_tl));
+  }
+  x.pred = std::move(p);
+}
+
+}  // namespace
+
+void check_bench_request(const BenchRequest& f, int ranks) {
+  HP_CHECK(f.stages >= 1 && f.microbatches >= 1 && f.steps >= 1 && f.threads >= 1 && f.seq_len >= 1 &&
+               f.data_parallel >= 1 && f.tensor_parallel >= 1,
+           "bench: --stages, --microbatches, --steps, --threads, --seq-len, --data-parallel and "
+           "--tensor-parallel must be >= 1");
+  const int want = f.stages * f.grid();
+  HP_CHECK(ranks == 0 || ranks == want,
+           "bench: mpirun started {} ranks but --data-parallel x --stages x --tensor-parallel is "
+           "{} x {} x {} = {}; run mpirun -np {} or leave --stages out",
+           ranks, f.data_parallel, f.stages, f.tensor_parallel, want, want);
+  HP_CHECK(f.timeline_path.empty() || !f.part_costs.empty(),
+           "bench: --timeline needs --part-costs (the simulated half of the picture)");
+  HP_CHECK(f.timeline_path.empty() || f.grid() == 1,
+           "bench: --timeline sets the simulator's pipeline beside the measured one, which needs "
+           "one rank per stage; leave out --data-parallel and --tensor-parallel or --timeline");
+}
+
+std::vector<const BenchVariant*> pick_bench_variants(const std::string& schedules) {
+  std::vector<const BenchVariant*> variants;
+  for (const std::string& key : split_list(schedules)) {
+    auto it = std::find_if(kVariants.begin(), kVariants.end(),
+                           [&](const BenchVariant& v) { return v.key == key; });
+    HP_CHECK(it != kVariants.end(),
+             "bench: unknown schedule '{}' in --schedules; use 1f1b, gpipe, zb1p, interleaved, "
+             "helix1 or helix2",
+             key);
+    variants.push_back(&*it);
+  }
+  HP_CHECK(!variants.empty(), "bench: --schedules is empty");
+  return variants;
+}
+
+std::vector<std::optional<Recompute>> pick_bench_policies(const std::string& recompute) {
+  std::vector<std::optional<Recompute>> policies;
+  for (const std::string& r : split_list(recompute))
+    policies.push_back(r == "natural" ? std::nullopt : std::optional<Recompute>(parse_recompute(r)));
+  HP_CHECK(!policies.empty(), "bench: --recompute is empty");
+  return policies;
+}
+
+CostSetup bench_cost(const BenchRequest& f, const Precision& prec) {
+  CostSpec cf;
+  cf.part_costs = f.part_costs;
+  cf.model = f.model;
+  cf.seq_len = f.seq_len;
+  CostSetup cost = build_cost(cf);
+  cost.elem_bytes = elem_bytes(prec);
+  return cost;
+}
+
+nlohmann::json run_bench(Comm* world, const BenchRequest& r, const ModelConfig& cfg,
+                         const Precision& prec, const std::vector<const BenchVariant*>& variants,
+                         const std::vector<std::optional<Recompute>>& policies,
+                         const std::optional<CostSetup>& cost, const std::string& transport,
+                         const BenchCallbacks& cb) {
+  const bool root = !world || world->rank() == 0;
+  const int L = static_cast<int>(cfg.layers);
+  const int64_t n = r.seq_len * r.microbatches;
+  std::vector<int32_t> tokens, targets;
+  bench_tokens(n, cfg.vocab, tokens, targets);
+  BenchSetup setup{cfg, r.seq_len, r.threads, r.steps, prec, &tokens, &targets};
+  setup.data_parallel = r.data_parallel;
+  setup.tensor_parallel = r.tensor_parallel;
+  // The simulator's step prediction and the core calibration model one rank per stage.
+  const bool predict_steps = cost && r.grid() == 1;
+
+  nlohmann::json rows = nlohmann::json::array();
+  std::set<std::pair<std::string, int>> done;  // (schedule label, policy) already measured
+  std::map<size_t, double> base_tps;           // --recompute entry -> its 1f1b tokens/s
+  bool timeline_written = false;
+  for (size_t pi = 0; pi < policies.size(); ++pi) {
+    const std::optional<Recompute>& policy = policies[pi];
+    for (const BenchVariant* v : variants) {
+      ScheduleSpec spec{v->name,   r.stages, r.microbatches, L, v->folds,
+                        v->name == "interleaved" ? r.virtual_stages : 1, policy,
+                        TransferMode::kWeights};
+      Schedule sch;
+      try {
+        sch = generate(spec);
+      } catch (const Error& e) {
+        if (root) cb.skipped(v->label, e.what());
+        continue;
+      }
+      const int pol = static_cast<int>(sch.recompute);
+      if (!done.insert({v->label, pol}).second) continue;
+      lower(sch, &cfg, r.seq_len);
+      const bool want_tl =
+          !r.timeline_path.empty() && !timeline_written && v->label == r.timeline_label;
+      const bool record = want_tl || !r.trace_dir.empty();
+      CalibratedRun run = measure_calibrated(
+          world, sch, setup, predict_steps && r.calibrate ? &cost->cost : nullptr, record);
+      if (!root) continue;
+      Measured& m = run.m;
+      if (!r.trace_dir.empty()) {
+        Timeline tl = m.timeline;
+        tl.num_stages = r.stages;
+        tl.title = fmt::format("measured: {} ({}, {})", v->label, recompute_str(sch.recompute),
+                               transport);
+        write_file_atomic(fmt::format("{}/trace_{}{}.json", r.trace_dir, v->key,
+                                      policy ? "_" + std::string(recompute_str(*policy)) : ""),
+                          render_chrome_trace(tl));
+      }
+      BenchRow x;
+      x.variant = v;
+      x.recompute = sch.recompute;
+      x.step_s = median(m.step_s);
+      x.tokens_per_s = static_cast<double>(n * r.data_parallel) / x.step_s;
+      if (v->name == "1f1b") base_tps[pi] = x.tokens_per_s;
+      const double base = base_tps.count(pi) ? base_tps[pi] : 0.0;
+      x.vs_1f1b = base > 0 ? x.tokens_per_s / base : 0.0;
+      fill_measured(x, sch, !policy.has_value(), r, m);
+      if (predict_steps) {
+        std::optional<Timeline> measured_tl;
+        if (want_tl) {
+          measured_tl = std::move(m.timeline);
+          measured_tl->num_stages = r.stages;
+          measured_tl->title = "measured: " + v->label + " (" + transport + ")";
+        }
+        add_prediction(x, spec, *cost, m, run, measured_tl ? &*measured_tl : nullptr,
+                       r.timeline_path);
+        timeline_written = timeline_written || want_tl;
+      }
+      fill_ranks(x, r, m, cost);
+      cb.row(x);
+      rows.push_back(x.json);
+    }
+  }
+  return rows;
+}
+
+}  // namespace hp
