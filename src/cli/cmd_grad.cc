@@ -23,10 +23,10 @@ int cmd_grad(int argc, char** argv) {
   if (MpiComm::launched_by_mpirun()) return grad_dist_main(argc, argv);
   CLI::App app("Loss and gradients of a checkpoint on the first B*M sequences of a data file.",
                "grad");
-  GradFlags f;
+  GradRequest f;
   add_grad_flags(app, f);
   if (auto rc = parse_flags(app, argc, argv)) return *rc;
-  check_grad_flags(f);
+  check_grad_request(f);
   check_output_file("--out", f.out);
   const CheckpointInfo info = open_checkpoint(f.checkpoint);
   const ModelConfig cfg = checkpoint_model_config(info);

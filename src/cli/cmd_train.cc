@@ -1,5 +1,5 @@
 // helixpipe train (single process): builds the run from the flags (cli/train_cli.h) and runs the
-// Trainer (runtime/trainer.h) through the shared loop and output (cli/train_run.cc). The pipelined
+// Trainer (runtime/trainer.h) through the shared loop and output (runtime/train_run.h). The pipelined
 // run under mpirun is cli/train_dist.*.
 #include <fmt/format.h>
 
@@ -9,6 +9,7 @@
 #include "comm/mpi_comm.h"
 #include "data/token_file.h"
 #include "kernels/kernels.h"
+#include "runtime/train_run.h"
 #include "runtime/trainer.h"
 
 namespace hp::cli {
@@ -19,10 +20,11 @@ int cmd_train(int argc, char** argv) {
   CLI::App app("Train a model in one process: AdamW, warmup + cosine LR, gradient accumulation "
                "over micro-batches, global-norm clipping, resumable checkpoints.",
                "train");
-  TrainFlags f;
+  TrainRequest f;
   add_train_flags(app, f);
   if (auto rc = parse_flags(app, argc, argv)) return *rc;
-  TrainPlan plan = resolve_train_flags(f, app);
+  f.given = given_flags(app);
+  TrainPlan plan = resolve_train_request(f);
   auto be = make_cpu_backend(f.threads);
   const Precision prec = apply_precision(plan, *be);
   if (!plan.notes.empty()) std::fputs(plan.notes.c_str(), stderr);

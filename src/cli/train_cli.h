@@ -1,25 +1,15 @@
 // Flags shared by `helixpipe train` and `helixpipe grad`, single-process and distributed
-// (cli/train_dist.*): their definitions, their defaults, and how they resolve into a model config,
-// a step shape and a trainer state (fresh, from a checkpoint, or resumed). docs/training.md lists
-// them. Not here: the training loop (runtime/trainer.h) or any MPI.
+// (cli/train_dist.*), and by eval, bench and profile: their definitions and defaults, into the
+// plain requests of runtime/train_setup.h (which resolves them). docs/training.md lists them.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
-#include <cstdint>
-#include <functional>
 #include <optional>
+#include <set>
 #include <string>
-#include <utility>
-#include <vector>
 
-#include "checkpoint/checkpoint.h"
-#include "data/token_file.h"
-#include "kernels/backend.h"
-#include "runtime/progress.h"
-#include "runtime/trainer.h"
-#include "runtime/train_state.h"
-#include "util/model_config.h"
+#include "runtime/train_setup.h"
 
 namespace hp::cli {
 
@@ -27,127 +17,19 @@ namespace hp::cli {
 // 2 with a message on stderr for a bad flag), nullopt to go on.
 std::optional<int> parse_flags(CLI::App& app, int argc, char** argv);
 
-struct TrainFlags {
-  // Where the model comes from: exactly one of these.
-  std::string model;       // --model: a preset name or a config JSON (fresh init with --seed)
-  std::string checkpoint;  // --checkpoint: start from these weights (fresh optimizer and state)
-  std::string resume;      // --resume: continue a saved run exactly (weights, optimizer, data, LR)
-  std::string data;        // --data: text, token file, llm.c shard, nanoGPT .bin, Megatron prefix
-  std::string data_format = "auto";  // --data-format
-  int64_t seq_len = 256;
-  int64_t microbatch_size = 1;
-  int64_t microbatches = 1;
-  int64_t steps = 100;      // total updates of the run (a resumed run counts the saved ones)
-  int64_t stop_after = 0;   // end this process after this step (0: run to --steps)
-  double lr = 3e-3;
-  int64_t warmup = 0;
-  double min_lr = -1;       // < 0: lr / 10
-  double weight_decay = 0.1;
-  double clip = 1.0;
-  uint64_t seed = 1234;
-  int threads = 0;          // 0: all cores (OMP_NUM_THREADS if set)
-  int64_t mlp_chunk = 0;
-  std::string recompute = "none";
-  std::string precision = "fp32";  // --precision: fp32, bf16 or auto (resume: saved)
-  std::string save;
-  int64_t save_every = 0;   // 0: save only at the end
-  std::string log;          // JSONL metrics
-  std::string loss_svg;
-  std::string progress = "auto";  // --progress: auto, tty or lines
-  std::string log_interval;       // --log-interval: N steps or Ns seconds ("": about 5% of the run)
-  double peak_gflops = 0;   // > 0: report MFU against this peak
-};
+// Adds train's flags (runtime/train_setup.h TrainRequest) to `app`.
+void add_train_flags(CLI::App& app, TrainRequest& f);
 
-// Adds the flags above to `app`.
-void add_train_flags(CLI::App& app, TrainFlags& f);
+// The options of `app` given on the command line ("--lr", ...), for TrainRequest::given.
+std::set<std::string> given_flags(const CLI::App& app);
 
 // Adds --data-format (auto | text | hptokens | llmc | nanogpt | megatron) into `value`; train, grad
 // and eval share it.
 void add_data_format_flag(CLI::App& app, std::string& value);
 
-// Opens --data in the --data-format `format`, checking its ids against the model's `vocab`
-// (data/token_file.h: TokenSource::open).
-TokenSource open_data(const std::string& path, const std::string& format, int64_t vocab);
-
 // Adds --precision (fp32 | bf16 | auto) into `value`; train, grad, eval and bench share it.
 void add_precision_flag(CLI::App& app, std::string& value);
 
-// The policy a --precision value names on backend `be`: fp32 or bf16 as given (bf16 where the
-// backend has no bf16 kernels is an hp::Error saying what is missing and what to use instead), and
-// auto = bf16 where the backend supports it, else fp32 (docs/precision.md).
-Precision resolve_precision(const std::string& value, Backend& be);
-
-// What the flags resolve to.
-struct TrainPlan {
-  ModelConfig cfg;
-  std::optional<CheckpointInfo> source;  // weights to load (--checkpoint or --resume)
-  bool resumed = false;                  // --resume: load the optimizer too
-  StepShape shape;
-  TrainState state;                      // fresh, or the saved one with flag overrides applied
-  ModelOptions model_options;
-  std::string precision;                 // the --precision value (resume: the saved one unless given)
-  ProgressMode progress = ProgressMode::kAuto;  // --progress
-  std::optional<LogInterval> log_interval;      // --log-interval (none: about 5% of the run)
-  std::string notes;                     // lines to print (e.g. a resumed run that changed its LR)
-};
-
-// The peak MFU is reported against, per process: --peak-gflops when given, else the `cpu` device
-// profile's peak (configs/devices/cpu.json: per core) times the compute threads of the process.
-// `what` says which, for the header line.
-struct MfuPeak {
-  double gflops = 0;
-  std::string what;
-};
-MfuPeak resolve_mfu_peak(const TrainFlags& f);
-
-// Checks the flags (clear hp::Error for each bad combination) and resolves them. `app` tells which
-// flags were given explicitly: on --resume, only those override the saved settings.
-TrainPlan resolve_train_flags(const TrainFlags& f, const CLI::App& app);
-
-// The step a run ends at: --stop-after when given (and not past --steps), else the schedule's last.
-int64_t last_step(const TrainFlags& f, const TrainState& state);
-
-// Resolves plan.precision on `be` (resolve_precision), records the result in plan.state (so a
-// resumed run continues in it) and, when a resumed run changes precision, adds a note.
-Precision apply_precision(TrainPlan& plan, Backend& be);
-
-// How a launch of `train` differs from the single process: how many ranks share the step, which
-// rank prints, one more header line, and what each step adds to the progress line and the JSONL
-// log. The defaults are the single process.
-struct TrainLaunch {
-  int ranks = 1;
-  bool root = true;     // this rank prints and writes the log and the loss curve
-  std::string header;   // an extra header line ("" for none)
-  // Called on every rank after each step; `line` (the JSONL record) and `extra` (the progress
-  // line's tail) are only used on the root.
-  std::function<void(const StepRecord&, nlohmann::json& line, std::string& extra)> after_step;
-  std::function<void(int64_t step)> before_step;  // every rank, before step `step` starts
-  std::function<void()> after_loop;  // every rank, after the last step and the final save
-  // More files the root writes at the end (flag, path), checked before the first step and listed
-  // in the summary.
-  std::vector<std::pair<std::string, std::string>> outputs;
-};
-
-// Runs the training loop of `engine` (runtime/trainer.h: run_train_loop) to --stop-after or
-// --steps with --save/--save-every, and prints and writes what `train` promises: the header, the
-// progress line, the --log JSONL lines, the --loss-svg curve and the summary line.
-void run_training(TrainEngine& engine, const TrainFlags& f, const TrainPlan& plan,
-                  const TokenSource& source, const SequenceReader& reader, const StepShape& global,
-                  const std::string& compute, const TrainLaunch& launch);
-
-struct GradFlags {
-  std::string checkpoint, data, out;
-  std::string data_format = "auto";
-  int64_t seq_len = 0, microbatch_size = 1, microbatches = 1;
-  int threads = 0;
-  int64_t mlp_chunk = 0;
-  std::string recompute = "none";
-  std::string precision = "fp32";
-};
-
-void add_grad_flags(CLI::App& app, GradFlags& f);
-
-// Checks grad flags (all required ones present, sizes positive).
-void check_grad_flags(const GradFlags& f);
+void add_grad_flags(CLI::App& app, GradRequest& f);
 
 }  // namespace hp::cli
