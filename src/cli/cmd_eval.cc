@@ -1,5 +1,6 @@
 // helixpipe eval: mean token loss and perplexity of a checkpoint over a data file, read as
-// consecutive sequences from its start (forward only). Prints {"loss": ..., "ppl": ...} last.
+// consecutive sequences from its start (forward only; runtime/train_run.h mean_token_loss).
+// Prints {"loss": ..., "ppl": ...} last.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -8,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/train_cli.h"
 #include "data/token_file.h"
+#include "runtime/train_run.h"
 #include "runtime/trainer.h"
 #include "util/error.h"
 
@@ -52,21 +54,7 @@ int cmd_eval(int argc, char** argv) {
            reader.sequences(), seq_len);
   const int64_t avail = reader.sequences() - skip;
   const int64_t n = max_sequences > 0 ? std::min(max_sequences, avail) : avail;
-  Model model(params);
-  std::vector<int32_t> tokens, targets;
-  TokenBuffer tok, tgt;
-  double sum = 0;  // sum of token losses
-  for (int64_t first = 0; first < n; first += batch) {
-    const int64_t rows = std::min(batch, n - first);
-    tokens.resize(rows * seq_len);
-    targets.resize(rows * seq_len);
-    reader.read(skip + first, rows, /*wrap=*/false, tokens.data(), targets.data());
-    tok.upload(*be, tokens, cfg.vocab, "token");
-    tgt.upload(*be, targets, cfg.vocab, "target");
-    sum += eval_loss(model, tok.data(), tgt.data(), rows, seq_len) *
-           static_cast<double>(rows * seq_len);
-  }
-  const double loss = sum / static_cast<double>(n * seq_len);
+  const double loss = mean_token_loss(params, reader, skip, n, batch);
   fmt::print("evaluated sequences {}..{} of {} tokens ({} target tokens) from {} in {}\n", skip,
              skip + n - 1, seq_len, n * seq_len, data, params.precision().name());
   fmt::print("{}\n", nlohmann::json{{"loss", loss}, {"ppl", std::exp(loss)}}.dump());

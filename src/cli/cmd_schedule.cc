@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/sim_common.h"
 #include "cli/schedule_flags.h"
 #include "schedule/generate.h"
 #include "schedule/lower.h"
@@ -61,12 +62,8 @@ int cmd_schedule(int argc, char** argv) {
       "--format=trace --out=zb1p.json   (open in ui.perfetto.dev)\n"
       "Schedules: gpipe, 1f1b, interleaved (needs --virtual >= 2), zb1p, helix (--folds 1 or 2).\n"
       "File formats: docs/formats/schedule.md. Check a file with 'helixpipe validate FILE'.\n");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // prints help, or what is wrong and the valid values
-    return rc == 0 ? 0 : 2;
-  }
+  // Help: exit 0; a bad flag: what is wrong and the valid values, exit 2.
+  if (auto rc = parse_or_exit(app, argc, argv)) return *rc;
   Schedule s = generate(schedule_spec(flags));
   std::string text;
   if (format == "text") {

@@ -1,16 +1,11 @@
-// helixpipe train (single process): builds the run from the flags (cli/train_cli.h) and runs the
-// Trainer (runtime/trainer.h) through the shared loop and output (runtime/train_run.h). The pipelined
-// run under mpirun is cli/train_dist.*.
-#include <fmt/format.h>
-
+// helixpipe train (single process): the flags (cli/train_cli.h) into a request that
+// runtime/train_run.h runs (run_local_training: the Trainer through the shared loop and output).
+// The pipelined run under mpirun is cli/train_dist.*.
 #include "cli/commands.h"
 #include "cli/train_cli.h"
 #include "cli/train_dist.h"
 #include "comm/mpi_comm.h"
-#include "data/token_file.h"
-#include "kernels/kernels.h"
 #include "runtime/train_run.h"
-#include "runtime/trainer.h"
 
 namespace hp::cli {
 
@@ -24,24 +19,7 @@ int cmd_train(int argc, char** argv) {
   add_train_flags(app, f);
   if (auto rc = parse_flags(app, argc, argv)) return *rc;
   f.given = given_flags(app);
-  TrainPlan plan = resolve_train_request(f);
-  auto be = make_cpu_backend(f.threads);
-  const Precision prec = apply_precision(plan, *be);
-  if (!plan.notes.empty()) std::fputs(plan.notes.c_str(), stderr);
-
-  const ModelConfig& cfg = plan.cfg;
-  const TokenSource source = open_data(f.data, f.data_format, cfg.vocab);
-  const SequenceReader reader(source, plan.shape.seq_len, cfg.vocab);
-  Params params(cfg, Params::all_parts(cfg), *be, prec);
-  if (plan.source) {
-    load_checkpoint_params(*plan.source, params);
-  } else {
-    params.init(plan.state.seed);
-  }
-  Trainer trainer(cfg, params, plan.model_options, plan.shape, plan.state);
-  if (plan.resumed) trainer.load_optimizer(*plan.source->optimizer_path);
-  run_training(trainer, f, plan, source, reader, plan.shape,
-               fmt::format("{} on {}", prec.name(), be->name()), TrainLaunch{});
+  run_local_training(f);
   return 0;
 }
 

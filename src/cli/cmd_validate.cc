@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/sim_common.h"
 #include "schedule/text_io.h"
 #include "schedule/validate.h"
 #include "util/error.h"
@@ -44,12 +45,8 @@ int cmd_validate(int argc, char** argv) {
       "  helixpipe validate h.txt --model=tiny --seq-len=2048      (stash in bytes)\n"
       "  helixpipe validate my_schedule.json --format=json\n"
       "Exit status: 0 valid, 1 invalid or unreadable, 2 bad flags.\n");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // prints help, or what is wrong and the valid values
-    return rc == 0 ? 0 : 2;
-  }
+  // Help: exit 0; a bad flag: what is wrong and the valid values, exit 2.
+  if (auto rc = parse_or_exit(app, argc, argv)) return *rc;
   const Schedule s = load_schedule(file);
   ModelConfig cfg;
   ValidateOptions opt;

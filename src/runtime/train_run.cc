@@ -120,6 +120,92 @@ void run_training(TrainEngine& engine, const TrainRequest& f, const TrainPlan& p
 }
 
 
+void run_local_training(const TrainRequest& f) {
+  TrainPlan plan = resolve_train_request(f);
+  auto be = make_cpu_backend(f.threads);
+  const Precision prec = apply_precision(plan, *be);
+  if (!plan.notes.empty()) std::fputs(plan.notes.c_str(), stderr);
+
+  const ModelConfig& cfg = plan.cfg;
+  const TokenSource source = open_data(f.data, f.data_format, cfg.vocab);
+  const SequenceReader reader(source, plan.shape.seq_len, cfg.vocab);
+  Params params(cfg, Params::all_parts(cfg), *be, prec);
+  if (plan.source) {
+    load_checkpoint_params(*plan.source, params);
+  } else {
+    params.init(plan.state.seed);
+  }
+  Trainer trainer(cfg, params, plan.model_options, plan.shape, plan.state);
+  if (plan.resumed) trainer.load_optimizer(*plan.source->optimizer_path);
+  run_training(trainer, f, plan, source, reader, plan.shape,
+               fmt::format("{} on {}", prec.name(), be->name()), TrainLaunch{});
+}
+
+void run_local_grad(const GradRequest& f) {
+  check_grad_request(f);
+  check_output_file("--out", f.out);
+  const CheckpointInfo info = open_checkpoint(f.checkpoint);
+  const ModelConfig cfg = checkpoint_model_config(info);
+  HP_CHECK(f.seq_len <= cfg.max_positions, "--seq-len {} exceeds the model's max_position_embeddings {}",
+           f.seq_len, cfg.max_positions);
+  auto be = make_cpu_backend(f.threads);
+  Params params(cfg, Params::all_parts(cfg), *be, resolve_precision(f.precision, *be));
+  load_checkpoint_params(info, params);
+  const TokenSource source = open_data(f.data, f.data_format, cfg.vocab);
+  const SequenceReader reader(source, f.seq_len, cfg.vocab);
+  StepShape shape;
+  shape.seq_len = f.seq_len;
+  shape.microbatch_size = f.microbatch_size;
+  shape.microbatches = f.microbatches;
+  shape.recompute = parse_recompute(f.recompute);
+  std::vector<int32_t> tokens, targets;
+  read_step_batch(reader, 0, shape, /*wrap=*/false, tokens, targets);
+
+  ModelOptions mo;
+  mo.mlp_chunk = f.mlp_chunk;
+  Model model(params, mo);
+  TokenBuffer tok, tgt;
+  tok.upload(*be, tokens, cfg.vocab, "token");
+  tgt.upload(*be, targets, cfg.vocab, "target");
+  params.zero_grad();
+  StepOptions so;
+  so.recompute = shape.recompute;
+  const double loss = loss_and_grads(model, tok.data(), tgt.data(), shape.microbatch_size,
+                                     shape.seq_len, static_cast<int>(shape.microbatches), so);
+  std::vector<float> host;
+  const auto grads = params_write_tensors(params, host, /*grads=*/true);
+  write_safetensors(f.out, grads,
+                    {{"format", "pt"},
+                     {"helixpipe", "gradients of the mean loss"},
+                     {"loss", fmt::format("{:.9g}", loss)}});
+  fmt::print("wrote {}: gradients of {} tensors over {} sequences of {} tokens ({})\n", f.out,
+             grads.size(), shape.sequences(), shape.seq_len, params.precision().name());
+  fmt::print("{}\n", nlohmann::json{{"loss", loss}}.dump());
+}
+
+double mean_token_loss(Params& params, const SequenceReader& reader, int64_t skip, int64_t n,
+                       int64_t batch) {
+  Backend& be = params.backend();
+  const ModelConfig& cfg = params.config();
+  const int64_t seq_len = reader.seq_len();
+  Model model(params);
+  std::vector<int32_t> tokens, targets;
+  TokenBuffer tok, tgt;
+  double sum = 0;  // sum of token losses
+  for (int64_t first = 0; first < n; first += batch) {
+    const int64_t rows = std::min(batch, n - first);
+    tokens.resize(rows * seq_len);
+    targets.resize(rows * seq_len);
+    reader.read(skip + first, rows, /*wrap=*/false, tokens.data(), targets.data());
+    tok.upload(be, tokens, cfg.vocab, "token");
+    tgt.upload(be, targets, cfg.vocab, "target");
+    sum += eval_loss(model, tok.data(), tgt.data(), rows, seq_len) *
+           static_cast<double>(rows * seq_len);
+  }
+  const double loss = sum / static_cast<double>(n * seq_len);
+  return loss;
+}
+
 Schedule dist_schedule(const DistLaunchRequest& d, const ModelConfig& cfg, int64_t tokens_per_mb,
                        int microbatches, Recompute recompute, bool recompute_given) {
   Schedule sch;

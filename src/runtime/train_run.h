@@ -41,6 +41,20 @@ void run_training(TrainEngine& engine, const TrainRequest& f, const TrainPlan& p
                   const TokenSource& source, const SequenceReader& reader, const StepShape& global,
                   const std::string& compute, const TrainLaunch& launch);
 
+// `helixpipe train` in one process: resolves `f`, builds the Trainer on the CPU backend (weights
+// fresh, from --checkpoint or --resume with its optimizer) and runs it through run_training.
+void run_local_training(const TrainRequest& f);
+
+// `helixpipe grad` in one process: the mean loss of `f.checkpoint` over the first B*M sequences
+// of the data and its gradient of every parameter, written to f.out (safetensors, parameter
+// names); prints what it wrote and {"loss": ...} last.
+void run_local_grad(const GradRequest& f);
+
+// The mean token loss (forward only) of the model in `params` over sequences skip .. skip+n-1 of
+// `reader`, `batch` sequences per forward pass.
+double mean_token_loss(Params& params, const SequenceReader& reader, int64_t skip, int64_t n,
+                       int64_t batch);
+
 // The schedule flags of a pipelined run (--schedule, --schedule-file, --stages, --folds, --virtual,
 // --transfer) and its grid (--data-parallel, --tensor-parallel).
 struct DistLaunchRequest {
