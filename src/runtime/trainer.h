@@ -1,7 +1,7 @@
 // Single-process training: checkpoints <-> Params, one optimizer step (gradient accumulation over
 // micro-batches, global-norm clipping, AdamW, warmup + cosine LR), and resumable state. The
-// pipelined runtime (executor) reuses the checkpoint helpers; the CLI (cli/cmd_train.cc) drives the
-// loop and prints progress.
+// pipelined runtime (executor) reuses the checkpoint helpers; runtime/train_run.h drives the loop
+// and prints progress for `helixpipe train`.
 #pragma once
 
 #include <cstdint>
