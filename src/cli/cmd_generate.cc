@@ -1,7 +1,8 @@
-// helixpipe generate: samples text from a checkpoint, one byte token at a time. By default an
-// incremental decoder with a key/value cache (runtime/decoder.h) costs one pass over the weights
-// per token; when the cache fills up (--context) it restarts from the last half of the context.
-// --no-cache instead re-runs the model's forward pass over the last --context tokens per token.
+// helixpipe generate: samples text from a checkpoint, one byte token at a time. The logits come
+// from runtime/decoder.h's TextContinuation: by default an incremental decoder with a key/value
+// cache costs one pass over the weights per token; when the cache fills up (--context) it restarts
+// from the last half of the context. --no-cache instead re-runs the model's forward pass over the
+// last --context tokens per token.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -51,8 +52,6 @@ int cmd_generate(int argc, char** argv) {
   auto be = make_cpu_backend(threads);
   Params params(cfg, Params::all_parts(cfg), *be);
   load_checkpoint_params(info, params);
-  Model model(params);
-  TokenBuffer context_tokens;
   context = std::min(context, cfg.max_positions);
   // Byte tokens only: ids above 255 (a padded vocab) cannot be printed, so they are never sampled.
   const int64_t limit = std::min<int64_t>(cfg.vocab, kByteVocab);
@@ -60,36 +59,12 @@ int cmd_generate(int argc, char** argv) {
   for (int32_t t : tokens) {
     HP_CHECK(t < cfg.vocab, "the prompt has byte {} but the model's vocab_size is {}", t, cfg.vocab);
   }
-  std::vector<float> logits(cfg.vocab);
-  IncrementalDecoder decoder(params, context);
-  // Logits after the last token of `tokens`.
-  auto next_logits = [&]() {
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    if (no_cache) {
-      const int64_t len = std::min<int64_t>(context, n);
-      context_tokens.upload(*be, {tokens.data() + n - len, static_cast<size_t>(len)}, cfg.vocab,
-                            "token");
-      forward_logits(model, context_tokens.data(), 1, len, logits.data(), /*last_only=*/true);
-      return;
-    }
-    std::span<const float> out;
-    if (decoder.length() == 0 || decoder.length() == context) {
-      // (Re)fill the cache from the end of the text: all of it, or half the window when full.
-      const int64_t len = decoder.length() == 0 ? std::min<int64_t>(context, n)
-                                                : std::max<int64_t>(1, context / 2);
-      decoder.reset();
-      for (int64_t i = n - len; i < n; ++i) out = decoder.push(tokens[i]);
-    } else {
-      out = decoder.push(tokens.back());
-    }
-    std::copy(out.begin(), out.end(), logits.begin());
-  };
+  TextContinuation text(params, context, !no_cache);
   Rng rng(seed);
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
   for (int64_t i = 0; i < n_tokens; ++i) {
-    next_logits();
-    const int32_t next = sample_token(logits, limit, temperature, top_k, rng);
+    const int32_t next = sample_token(text.next_logits(tokens), limit, temperature, top_k, rng);
     tokens.push_back(next);
     const char c = static_cast<char>(next);
     std::fwrite(&c, 1, 1, stdout);

@@ -132,4 +132,33 @@ std::span<const float> IncrementalDecoder::push(int32_t token) {
   return logits_;
 }
 
+TextContinuation::TextContinuation(Params& params, int64_t context, bool use_cache)
+    : params_(&params),
+      model_(params),
+      decoder_(params, context),
+      logits_(params.config().vocab),
+      context_(context),
+      use_cache_(use_cache) {}
+
+std::span<const float> TextContinuation::next_logits(const std::vector<int32_t>& tokens) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (!use_cache_) {
+    const int64_t len = std::min<int64_t>(context_, n);
+    window_.upload(params_->backend(), {tokens.data() + n - len, static_cast<size_t>(len)},
+                   params_->config().vocab, "token");
+    forward_logits(model_, window_.data(), 1, len, logits_.data(), /*last_only=*/true);
+    return logits_;
+  }
+  if (decoder_.length() == 0 || decoder_.length() == context_) {
+    // (Re)fill the cache from the end of the text: all of it, or half the window when full.
+    const int64_t len = decoder_.length() == 0 ? std::min<int64_t>(context_, n)
+                                               : std::max<int64_t>(1, context_ / 2);
+    decoder_.reset();
+    std::span<const float> out;
+    for (int64_t i = n - len; i < n; ++i) out = decoder_.push(tokens[i]);
+    return out;
+  }
+  return decoder_.push(tokens.back());
+}
+
 }  // namespace hp

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "model/model.h"
 #include "model/params.h"
 #include "util/model_config.h"
 
@@ -43,6 +44,28 @@ class IncrementalDecoder {
   // Per layer: keys and values, [max_context, kv_dim] each, rotary already applied to keys.
   std::vector<std::vector<float>> k_cache_, v_cache_;
   std::vector<float> x_, a_, qkv_, o_, y_, gate_, up_, logits_, scores_;
+};
+
+// The logits after the last token of a growing text, for `helixpipe generate`. With the cache: an
+// IncrementalDecoder of `context` positions, filled from the end of the text when it is empty
+// (all of the text, or the last `context` tokens) or full (the last half of the window), and
+// otherwise fed only the newest token. Without it: a forward pass of Model over the last
+// `context` tokens for every call.
+class TextContinuation {
+ public:
+  TextContinuation(Params& params, int64_t context, bool use_cache);
+  // The logits (vocab) predicting the token after `tokens`, the whole text so far (not empty;
+  // one token longer than at the previous call, or the first call).
+  std::span<const float> next_logits(const std::vector<int32_t>& tokens);
+
+ private:
+  Params* params_;
+  Model model_;
+  IncrementalDecoder decoder_;
+  TokenBuffer window_;
+  std::vector<float> logits_;
+  int64_t context_;
+  bool use_cache_;
 };
 
 }  // namespace hp

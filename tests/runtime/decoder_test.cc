@@ -81,3 +81,49 @@ TEST(IncrementalDecoder, MatchesForwardLogitsTiedMqa) {
 
 }  // namespace
 }  // namespace hp
+
+namespace hp {
+namespace {
+
+// TextContinuation over a text growing one token per call, window 8: without the cache each call
+// is the forward pass over the last (up to) 8 tokens; with it, the cache holds the last L tokens,
+// L starting at the prompt (up to 8), growing by one per call, and restarting at 4 (half the
+// window) once it reached 8. Each call's logits match Model's forward pass over that window.
+TEST(TextContinuation, WindowsOfTheCacheAndOfTheForwardPass) {
+  ModelConfig cfg;
+  cfg.hidden = 32;
+  cfg.intermediate = 40;
+  cfg.heads = 4;
+  cfg.kv_heads = 2;
+  cfg.layers = 2;
+  cfg.vocab = 50;
+  auto be = make_cpu_backend(1);
+  Params params(cfg, Params::all_parts(cfg), *be);
+  params.init(3);
+  Model model(params);
+  Rng rng(9);
+  std::vector<int32_t> text = {1, 2, 3};
+  const int64_t window = 8;
+  TextContinuation cached(params, window, true), plain(params, window, false);
+  int64_t held = 0;  // the tokens the cache holds after the call
+  for (int call = 0; call < 14; ++call) {
+    const int64_t n = static_cast<int64_t>(text.size());
+    held = held == 0 ? std::min<int64_t>(window, n) : held == window ? window / 2 : held + 1;
+    for (const bool use_cache : {true, false}) {
+      const int64_t len = use_cache ? held : std::min<int64_t>(window, n);
+      TokenBuffer tok;
+      tok.upload(*be, {text.data() + n - len, static_cast<size_t>(len)}, cfg.vocab, "token");
+      std::vector<float> want(cfg.vocab);
+      forward_logits(model, tok.data(), 1, len, want.data(), /*last_only=*/true);
+      const auto got = (use_cache ? cached : plain).next_logits(text);
+      ASSERT_EQ(static_cast<int64_t>(got.size()), cfg.vocab);
+      for (int64_t v = 0; v < cfg.vocab; ++v)
+        ASSERT_NEAR(got[v], want[v], 1e-4 * (1 + std::fabs(want[v])))
+            << "call " << call << (use_cache ? " cached" : " plain") << " logit " << v;
+    }
+    text.push_back(static_cast<int32_t>(rng.uniform() * static_cast<double>(cfg.vocab)));
+  }
+}
+
+}  // namespace
+}  // namespace hp
