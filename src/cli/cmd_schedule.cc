@@ -10,26 +10,12 @@
 #include "schedule/generate.h"
 #include "schedule/lower.h"
 #include "schedule/text_io.h"
-#include "sim/cost_model.h"
-#include "sim/simulator.h"
+#include "sim/sim_setup.h"
 #include "sim/timeline.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace hp::cli {
-
-namespace {
-
-// Every layer part (pre, attn, post) costs one time unit forward, one for I and one for W
-// (B = 2); embed and head cost nothing, as in the papers' schedule figures; links are free.
-CostModel unit_costs() {
-  CostModel c;
-  for (PartKind k : {PartKind::kPre, PartKind::kAttn, PartKind::kPost})
-    for (Dir d : {Dir::kF, Dir::kI, Dir::kW}) c.set_part_time(k, d, 1.0);
-  return c;
-}
-
-}  // namespace
 
 int cmd_schedule(int argc, char** argv) {
   CLI::App app{"Generate a pipeline schedule: one ordered list of compute ops per stage.",
@@ -76,9 +62,7 @@ int cmd_schedule(int argc, char** argv) {
     lower(s, model.empty() ? nullptr : &cfg, seq_len);
     text = lowered_to_text(s);
   } else {
-    lower(s);
-    SimOptions opt;
-    SimResult r = simulate(s, unit_costs(), opt);
+    const SimResult r = simulate_unit_costs(s);
     text = format == "svg" ? render_svg(r.timeline) : render_chrome_trace(r.timeline);
   }
   if (out.empty()) {

@@ -99,6 +99,14 @@ SimRun simulate_spec(const ScheduleSpec& spec_in, const CostSetup& c, bool recor
   return run;
 }
 
+SimResult simulate_unit_costs(Schedule s) {
+  CostModel c;
+  for (PartKind k : {PartKind::kPre, PartKind::kAttn, PartKind::kPost})
+    for (Dir d : {Dir::kF, Dir::kI, Dir::kW}) c.set_part_time(k, d, 1.0);
+  lower(s);
+  return simulate(s, c, SimOptions{});
+}
+
 void write_timelines(const SimResult& r, const std::string& svg_path, const std::string& trace_path) {
   if (!svg_path.empty()) write_file_atomic(svg_path, render_svg(r.timeline));
   if (!trace_path.empty()) write_file_atomic(trace_path, render_chrome_trace(r.timeline));

@@ -72,6 +72,11 @@ struct SimRun {
 SimRun simulate_spec(const ScheduleSpec& spec, const CostSetup& c, bool record_timeline,
                      const std::vector<double>& stage_time_scale = {});
 
+// The schedule's picture (`helixpipe schedule --format=svg|trace`): `s` lowered and simulated with
+// one time unit per layer part (pre, attn, post) and direction (F, I, W), embed and head free and
+// free links, as in the papers' schedule figures.
+SimResult simulate_unit_costs(Schedule s);
+
 // Writes the timeline renderings requested (empty path = skip), temp-then-rename.
 void write_timelines(const SimResult& r, const std::string& svg_path, const std::string& trace_path);
 

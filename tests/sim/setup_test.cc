@@ -72,6 +72,19 @@ TEST(SimSetup, SimulatedStashIsTheStashPeakPerTensorRank) {
   }
 }
 
+// One stage runs every part's F, I and W of every micro-batch and layer back to back: 9 time
+// units per micro-batch and layer (embed and head are free).
+TEST(SimSetup, UnitCostsChargeOneUnitPerLayerPartAndDirection) {
+  for (int m : {1, 3}) {
+    for (int layers : {1, 2}) {
+      const Schedule s = generate(ScheduleSpec{"1f1b", 1, m, layers, 1, 1, {}, TransferMode::kWeights});
+      const SimResult r = simulate_unit_costs(s);
+      EXPECT_DOUBLE_EQ(r.makespan, 9.0 * m * layers) << "m " << m << " L " << layers;
+      EXPECT_FALSE(r.timeline.events.empty());
+    }
+  }
+}
+
 TEST(Compare, RowsAreTheSixSchedulesWithIterationAndBase) {
   const CostSetup c = build_cost(device_spec());
   const int L = static_cast<int>(c.model->layers);
