@@ -21,6 +21,14 @@ struct AttnShape {
   int64_t ld_o = 0;    // row stride of o / do
 };
 
+// The ids [begin, begin + count) of a vocabulary of `total` ids: the rows of the embedding table
+// and of the LM head one rank of a vocabulary-parallel group holds.
+struct VocabSlice {
+  int64_t begin = 0, count = 0, total = 0;
+  static VocabSlice whole(int64_t vocab) { return {0, vocab, vocab}; }
+  bool holds(int64_t id) const { return id >= begin && id < begin + count; }
+};
+
 // The math the model needs, once per backend, over typed pointers (dtype.h). Which type each
 // argument has follows the Precision the caller runs under; the comments name the role:
 //   (compute) activations and their gradients, and the weight copies read by GEMMs and norms;
@@ -92,6 +100,32 @@ class Kernels {
                                  int64_t dim) = 0;
   virtual void embedding_backward(DataPtr dtable, const int32_t* tokens, ConstDataPtr dx,
                                   int64_t n, int64_t dim) = 0;
+
+  // Vocabulary-parallel forms (docs/tensor-parallel.md): this rank holds the embedding / LM-head
+  // rows of the ids in `v` (a VocabSlice of the whole vocabulary); ids are checked against v.total.
+  // x[t,:] = table[tokens[t] - v.begin,:] for a token in the slice, zeros otherwise (the group's
+  // sum over its slices is the whole lookup); dtable += dx rows of the slice's tokens only, in token
+  // order as embedding_backward.
+  virtual void vocab_embedding_forward(DataPtr x, const int32_t* tokens, ConstDataPtr table,
+                                       VocabSlice v, int64_t n, int64_t dim) = 0;
+  virtual void vocab_embedding_backward(DataPtr dtable, const int32_t* tokens, ConstDataPtr dx,
+                                        VocabSlice v, int64_t n, int64_t dim) = 0;
+  // The cross-entropy of logits split by vocabulary columns, in two steps. Over `rows` rows of this
+  // slice's logits (v.count columns, stride ld): parts (stats, 2*rows) = [lse over the slice's
+  // columns of each row | logits[r, target[r] - v.begin] when the target is in the slice, else 0].
+  virtual void vocab_cross_entropy_stats(ConstDataPtr logits, int64_t ld, const int32_t* targets,
+                                         VocabSlice v, int64_t rows, DataPtr parts) = 0;
+  // From `nparts` such blocks one after another (every slice's, gathered in slice order): lse[r]
+  // (stats) = the logsumexp over the slices' lse (largest first, then the sum in slice order, in
+  // f64); loss_sum (one f64) += the sum over rows, in row order in f64, of lse[r] - the target's
+  // logit. The same inputs give the same bits on every rank.
+  virtual void vocab_cross_entropy_combine(ConstDataPtr parts, int64_t nparts, int64_t rows,
+                                           DataPtr lse, DataPtr loss_sum) = 0;
+  // dlogits (compute) = (exp(logits - lse) - onehot(target - v.begin)) * scale over the slice's
+  // columns, lse the whole vocabulary's (from vocab_cross_entropy_combine); may alias logits.
+  virtual void vocab_cross_entropy_backward(DataPtr dlogits, ConstDataPtr logits, int64_t ld,
+                                            ConstDataPtr lse, const int32_t* targets, VocabSlice v,
+                                            int64_t rows, double scale) = 0;
 
   // y += alpha * x (one type).
   virtual void axpy(DataPtr y, ConstDataPtr x, double alpha, int64_t n) = 0;

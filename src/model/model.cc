@@ -542,8 +542,9 @@ double Model::take_loss() {
   double loss = 0;
   for (size_t i = 0; i < n; ++i) loss += sums[i] * m.loss_scales[i];
   m.loss_scales.clear();
-  // Each rank of a tensor-parallel group scored its own token rows.
-  return m.tp && m.tp_size > 1 ? m.tp->all_reduce(loss, "all-reduce of the loss") : loss;
+  // Every rank of a tensor-parallel group scored all the token rows (vocabulary-parallel loss):
+  // the same bits on each, nothing to sum.
+  return loss;
 }
 
 int64_t Model::workspace_bytes() const { return impl_->ws.bytes(); }
@@ -552,8 +553,8 @@ void Model::set_logits_sink(DataPtr out, bool last_only) {
   HP_CHECK(!out || out.dtype == DType::kF32 || out.dtype == DType::kF64,
            "Model: the logits sink must be f32 or f64 host memory, not {}", dtype_name(out.dtype));
   HP_CHECK(!out || impl_->tp_size == 1,
-           "Model: logits are not collected under tensor parallelism (each rank holds its own token "
-           "rows); evaluate or sample with a model of one rank");
+           "Model: logits are not collected under tensor parallelism (each rank holds its own slice "
+           "of the vocabulary); evaluate or sample with a model of one rank");
   impl_->logits_out = out;
   impl_->last_only = last_only;
 }

@@ -100,7 +100,7 @@ Params::Params(const ModelConfig& cfg, std::vector<Part> parts, Backend& be, Pre
     const int l = p.layer;
     const std::string pre = "model.layers." + std::to_string(l - 1) + ".";
     switch (p.kind) {
-      case PartKind::kEmbed: add(p, Slot::kEmbed, 0, "model.embed_tokens.weight", {V, h}); break;
+      case PartKind::kEmbed: add(p, Slot::kEmbed, 0, "model.embed_tokens.weight", {V, h}, 0); break;
       case PartKind::kPre:
         add(p, Slot::kNorm1, l, pre + "input_layernorm.weight", {h});
         add(p, Slot::kWqkv, l, pre + "self_attn.q_proj.weight", {h, h}, 0);
@@ -116,7 +116,7 @@ Params::Params(const ModelConfig& cfg, std::vector<Part> parts, Backend& be, Pre
         break;
       case PartKind::kHead:
         add(p, Slot::kFinalNorm, 0, "model.norm.weight", {h});
-        if (!cfg_.tie_embeddings) add(p, Slot::kLmHead, 0, "lm_head.weight", {V, h});
+        if (!cfg_.tie_embeddings) add(p, Slot::kLmHead, 0, "lm_head.weight", {V, h}, 0);
         break;
       case PartKind::kAttn: break;
     }

@@ -77,14 +77,15 @@ PartDims part_dims(const ModelConfig& cfg, int64_t batch, int64_t seq, int64_t m
   d.kv = d.kv_heads * d.head_dim;
   d.qkv = d.attn + 2 * d.kv;
   d.ffn = cfg.intermediate / n;
-  d.vocab = cfg.vocab;
+  d.vocab = cfg.vocab / n;
+  d.slice = {(tp ? tp->rank() : 0) * d.vocab, d.vocab, cfg.vocab};
   d.rows = d.tokens / n;
   d.row0 = tp ? tp->rank() * d.rows : 0;
   d.tp = n > 1 ? tp : nullptr;
   d.rms_eps = cfg.rms_eps;
   d.rope_theta = cfg.rope_theta;
   d.mlp_chunk = mlp_chunk > 0 ? std::min(mlp_chunk, d.tokens) : d.tokens;
-  d.head_chunk = head_chunk > 0 ? std::min(head_chunk, d.rows) : d.rows;
+  d.head_chunk = head_chunk > 0 ? std::min(head_chunk, d.tokens) : d.tokens;
   return d;
 }
 
@@ -92,12 +93,24 @@ PartDims part_dims(const ModelConfig& cfg, int64_t batch, int64_t seq, int64_t m
 
 void embed_forward(Backend& be, const PartDims& d, const int32_t* tokens, ConstDataPtr table,
                    DataPtr x) {
-  be.kernels().embedding_forward(x, tokens + d.row0, table, d.rows, d.hidden);
+  if (!d.tp) {
+    be.kernels().embedding_forward(x, tokens, table, d.tokens, d.hidden);
+    return;
+  }
+  // Each token's row is in one slice; the other ranks add zeros, so the sum is exact.
+  const DataPtr part = partial_rows(d, x, d.hidden, 0);
+  be.kernels().vocab_embedding_forward(part, tokens, table, d.slice, d.tokens, d.hidden);
+  sum_rows(d, part, x, d.hidden, "X:1");
 }
 
 void embed_backward_weight(Backend& be, const PartDims& d, const int32_t* tokens, ConstDataPtr dx,
                            DataPtr dtable) {
-  be.kernels().embedding_backward(dtable, tokens + d.row0, dx, d.rows, d.hidden);
+  if (!d.tp) {
+    be.kernels().embedding_backward(dtable, tokens, dx, d.tokens, d.hidden);
+    return;
+  }
+  be.kernels().vocab_embedding_backward(dtable, tokens, gather_rows(d, dx, d.hidden, 0, "dX:1"),
+                                        d.slice, d.tokens, d.hidden);
 }
 
 // ---- pre:l ----------------------------------------------------------------------------------
@@ -285,44 +298,71 @@ void post_backward_weight(Backend& be, const PartDims& d, const PostBackward& t,
 
 // ---- head -----------------------------------------------------------------------------------
 
+namespace {
+
+// lsece (n) and loss_sum of n rows of a slice's logits: each rank's (lse, target logit) per row,
+// gathered over the group and combined in rank order (the same bits on every rank).
+void vocab_parallel_loss(Kernels& k, const PartDims& d, ConstDataPtr logits, const int32_t* targets,
+                         int64_t n, DataPtr lsece, DataPtr loss_sum) {
+  const DataPtr mine = d.tp->staging(1, lsece.dtype, 2 * n);
+  const DataPtr all = d.tp->staging(2, lsece.dtype, 2 * n * d.tp->size());
+  k.vocab_cross_entropy_stats(logits, d.vocab, targets, d.slice, n, mine);
+  d.tp->all_gather(mine, all, 2 * n, "all-gather of the loss statistics");
+  k.vocab_cross_entropy_combine(all, d.tp->size(), n, lsece, loss_sum);
+}
+
+}  // namespace
+
 void head_forward(Backend& be, const PartDims& d, const HeadWeights& w, ConstDataPtr x,
                   DataPtr rstdf, DataPtr zf, const int32_t* targets, DataPtr lsece,
                   DataPtr loss_sum, DataPtr logits_ws, const LogitsSink& sink) {
   Kernels& k = be.kernels();
-  const int64_t T = d.rows, h = d.hidden, V = d.vocab, C = d.head_chunk;
-  k.rmsnorm_forward(zf, rstdf, x, w.final_norm, T, h, d.rms_eps);
+  const int64_t T = d.tokens, h = d.hidden, V = d.vocab, C = d.head_chunk;
+  k.rmsnorm_forward(zf, rstdf, x, w.final_norm, d.rows, h, d.rms_eps);
+  const ConstDataPtr z = gather_rows(d, zf, h, 0, "Zf");
   for (int64_t c0 = 0; c0 < T; c0 += C) {
     const int64_t n = std::min(C, T - c0);
-    k.gemm(false, true, n, V, h, 1.0, zf.at(c0 * h), h, w.lm_head, h, 0.0, logits_ws, V);
+    k.gemm(false, true, n, V, h, 1.0, z.at(c0 * h), h, w.lm_head, h, 0.0, logits_ws, V);
     if (sink) sink(logits_ws, c0, n);
-    if (targets)
-      k.cross_entropy_forward(logits_ws, V, targets + d.row0 + c0, n, V, lsece.at(c0), loss_sum);
+    if (!targets) continue;
+    if (d.tp)
+      vocab_parallel_loss(k, d, logits_ws, targets + c0, n, lsece.at(c0), loss_sum);
+    else
+      k.cross_entropy_forward(logits_ws, V, targets + c0, n, V, lsece.at(c0), loss_sum);
   }
 }
 
 void head_backward_input(Backend& be, const PartDims& d, const HeadWeights& w, DataPtr g_final_norm,
                          const HeadBackward& t, DataPtr g_lm, const HeadWorkspace& ws) {
   Kernels& k = be.kernels();
-  const int64_t T = d.rows, h = d.hidden, V = d.vocab, C = d.head_chunk;
-  k.rmsnorm_forward(t.zf, ws.rstd, t.x, w.final_norm, T, h, d.rms_eps);
+  const int64_t T = d.tokens, h = d.hidden, V = d.vocab, C = d.head_chunk;
+  k.rmsnorm_forward(t.zf, ws.rstd, t.x, w.final_norm, d.rows, h, d.rms_eps);
+  const ConstDataPtr z = gather_rows(d, t.zf, h, 0, "Zf");
+  const DataPtr dz_part = partial_rows(d, ws.dzf, h, 1);  // dZf of all T rows, summed after
   for (int64_t c0 = 0; c0 < T; c0 += C) {
     const int64_t n = std::min(C, T - c0);
     const DataPtr dl = t.dlogits ? t.dlogits.at(c0 * V) : ws.logits;
-    k.gemm(false, true, n, V, h, 1.0, t.zf.at(c0 * h), h, w.lm_head, h, 0.0, dl, V);
-    k.cross_entropy_backward(dl, dl, V, t.lsece.at(c0), t.targets + d.row0 + c0, n, V, t.scale);
-    k.gemm(false, false, n, h, V, 1.0, dl, V, w.lm_head, h, 0.0, ws.dzf.at(c0 * h), h);
-    if (g_lm) k.gemm(true, false, V, h, n, 1.0, dl, V, t.zf.at(c0 * h), h, 1.0, g_lm, h);
+    k.gemm(false, true, n, V, h, 1.0, z.at(c0 * h), h, w.lm_head, h, 0.0, dl, V);
+    if (d.tp)
+      k.vocab_cross_entropy_backward(dl, dl, V, t.lsece.at(c0), t.targets + c0, d.slice, n,
+                                     t.scale);
+    else
+      k.cross_entropy_backward(dl, dl, V, t.lsece.at(c0), t.targets + c0, n, V, t.scale);
+    k.gemm(false, false, n, h, V, 1.0, dl, V, w.lm_head, h, 0.0, dz_part.at(c0 * h), h);
+    if (g_lm) k.gemm(true, false, V, h, n, 1.0, dl, V, z.at(c0 * h), h, 1.0, g_lm, h);
   }
-  k.rmsnorm_backward(t.dx, g_final_norm, ws.dzf, t.x, w.final_norm, t.rstdf, T, h, false);
+  sum_rows(d, dz_part, ws.dzf, h, "dZf");
+  k.rmsnorm_backward(t.dx, g_final_norm, ws.dzf, t.x, w.final_norm, t.rstdf, d.rows, h, false);
 }
 
 void head_backward_weight(Backend& be, const PartDims& d, ConstDataPtr dlogits, ConstDataPtr zf,
                           DataPtr g_lm) {
   Kernels& k = be.kernels();
-  const int64_t T = d.rows, h = d.hidden, V = d.vocab, C = d.head_chunk;
+  const int64_t T = d.tokens, h = d.hidden, V = d.vocab, C = d.head_chunk;
+  const ConstDataPtr z = gather_rows(d, zf, h, 0, "Zf");
   for (int64_t c0 = 0; c0 < T; c0 += C) {
     const int64_t n = std::min(C, T - c0);
-    k.gemm(true, false, V, h, n, 1.0, dlogits.at(c0 * V), V, zf.at(c0 * h), h, 1.0, g_lm, h);
+    k.gemm(true, false, V, h, n, 1.0, dlogits.at(c0 * V), V, z.at(c0 * h), h, 1.0, g_lm, h);
   }
 }
 

@@ -23,20 +23,24 @@ namespace hp {
 class TpGroup;
 
 // With tensor parallelism (tensor_parallel.h; docs/tensor-parallel.md) the dimensions are one
-// rank's: heads, kv_heads, kv, qkv, attn and ffn are the rank's share, and the values between the
-// norms and the residuals hold `rows` of the T token rows, starting at row0; X, A, Y, Z, Zf and
-// their gradients are (rows, h) then, the per-row statistics (rows), and the parts gather the
-// rows before a column-parallel GEMM and sum-scatter them after a row-parallel one. Without it
-// (tp null) rows = T, row0 = 0 and attn = h.
+// rank's: heads, kv_heads, kv, qkv, attn, ffn and vocab are the rank's share (vocab: the ids of
+// `slice`), and the values between the norms and the residuals hold `rows` of the T token rows,
+// starting at row0; X, A, Y, Z, Zf and their gradients are (rows, h) then, the per-row statistics
+// (rows), and the parts gather the rows before a column-parallel GEMM and sum-scatter them after a
+// row-parallel one. The embedding and the LM head are vocabulary-parallel: embed sums the group's
+// lookups into the rank's rows, the head computes the logits of all T rows over its slice and the
+// loss from the group's per-slice statistics. Without a group rows = T, row0 = 0, attn = h and
+// the slice is the whole vocabulary.
 struct PartDims {
   int64_t tokens = 1, batch = 1, seq = 1;  // T = batch * seq
   int64_t hidden = 1, kv = 1, qkv = 1, ffn = 1, vocab = 1;
   int64_t heads = 1, kv_heads = 1, head_dim = 1;
   int64_t attn = 1;                        // heads * head_dim: columns of O, of W_o
   int64_t rows = 1, row0 = 0;              // this rank's token rows of the sequence-split values
+  VocabSlice slice;                        // this rank's ids of the embedding and the LM head
   TpGroup* tp = nullptr;
   double rms_eps = 1e-5, rope_theta = 10000;
-  int64_t mlp_chunk = 1, head_chunk = 1;  // rows per chunk of the MLP (of T) / the logits (of rows)
+  int64_t mlp_chunk = 1, head_chunk = 1;  // rows per chunk of the MLP / of the logits (of T)
   AttnShape attn_shape() const;
 };
 // mlp_chunk / head_chunk 0 mean one chunk of all rows. With `tp`, the dimensions of its rank.
@@ -44,10 +48,12 @@ PartDims part_dims(const ModelConfig& cfg, int64_t batch, int64_t seq, int64_t m
                    int64_t head_chunk, TpGroup* tp = nullptr);
 
 // ---- embed ----------------------------------------------------------------------------------
-// X (T,h) [c] = table (V,h) [c] rows of tokens (T).
+// X (T,h) [c] = table (V,h) [c] rows of tokens (T). With a group: the rank's rows of the group's
+// sum of slice lookups (one reduce-scatter).
 void embed_forward(Backend& be, const PartDims& d, const int32_t* tokens, ConstDataPtr table,
                    DataPtr x);
-// dtable (V,h) [m] += dX (T,h) [c] scattered to the rows of tokens (T), in token order.
+// dtable (V,h) [m] += dX (T,h) [c] scattered to the rows of tokens (T), in token order. With a
+// group: dX gathered, the slice's rows only.
 void embed_backward_weight(Backend& be, const PartDims& d, const int32_t* tokens, ConstDataPtr dx,
                            DataPtr dtable);
 
@@ -145,7 +151,9 @@ using LogitsSink = std::function<void(ConstDataPtr logits, int64_t row0, int64_t
 // Zf (T,h) [c] = RMSNorm_f(X:L+1 (T,h) [c]) in zf, rstdf (T) [s]; per chunk of C rows
 // logits (C,V) [c] = Zf W_lm^T in logits_ws. With targets (T): lsece (T) [s] = logsumexp(logits)
 // and loss_sum (one f64) += sum over the rows of lsece - logits[target]. sink (optional) sees
-// every chunk's logits.
+// every chunk's logits. With a group: Zf and rstdf are the rank's rows, Zf is gathered, the logits
+// are the slice's columns, lsece and loss_sum come from the group's per-slice statistics (one
+// all-gather per chunk) and are the whole loss's on every rank.
 void head_forward(Backend& be, const PartDims& d, const HeadWeights& w, ConstDataPtr x,
                   DataPtr rstdf, DataPtr zf, const int32_t* targets, DataPtr lsece,
                   DataPtr loss_sum, DataPtr logits_ws, const LogitsSink& sink);
@@ -165,7 +173,8 @@ struct HeadWorkspace {
 };
 // Zf again from X:L+1; per chunk logits again, dlogits = (softmax - onehot(target)) * scale,
 // dZf = dlogits W_lm, and with g_lm (a B op) dW_lm (V,h) [m] += dlogits^T Zf; then
-// dX:L+1 = RMSNorm_f'(dZf), g_final_norm (h) [m] +=.
+// dX:L+1 = RMSNorm_f'(dZf), g_final_norm (h) [m] +=. With a group Zf is gathered and dZf's
+// partial sums over the slices are reduce-scattered to the rank's rows.
 void head_backward_input(Backend& be, const PartDims& d, const HeadWeights& w, DataPtr g_final_norm,
                          const HeadBackward& t, DataPtr g_lm, const HeadWorkspace& ws);
 // dW_lm (V,h) [m] += dlogits (T,V) [c]^T Zf (T,h) [c], chunk by chunk as the backward.

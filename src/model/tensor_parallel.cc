@@ -20,7 +20,7 @@ void reduce_replicated_grads(Params& params, TpGroup& tp) {
            "rank {} of {}",
            params.tp().rank, params.tp().size, tp.rank(), tp.size());
   if (tp.size() == 1) return;
-  // The replicated tensors lie in runs in the arena (norms, embedding, head): one collective per
+  // The replicated tensors (the RMSNorm gains) lie in runs in the arena: one collective per
   // run of neighbours.
   const std::vector<ParamTensor>& ts = params.tensors();
   for (size_t i = 0; i < ts.size();) {

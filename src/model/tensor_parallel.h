@@ -64,7 +64,7 @@ class TpGroup {
   std::array<Buffer, kStagingSlots> staging_;
 };
 
-// The gradients of the tensors every rank holds whole (embedding, norms, LM head) are partial sums
+// The gradients of the tensors every rank holds whole (the RMSNorm gains) are partial sums
 // over each rank's token rows: sums them over the group (the step's last reduction, before the
 // optimizer and any data-parallel reduction). A no-op for a group of one.
 void reduce_replicated_grads(Params& params, TpGroup& tp);

@@ -90,8 +90,9 @@ Value Value::parse(std::string_view text) {
 
 int64_t value_elems(const Value& x, const ModelConfig& cfg, int64_t tokens, int tp) {
   check_tensor_parallel(cfg, tp, tokens);
-  // Sequence-parallel values hold 1/tp of the token rows; head- and ffn-parallel ones all rows of
-  // 1/tp of the heads or of the MLP's columns (docs/tensor-parallel.md).
+  // Sequence-parallel values hold 1/tp of the token rows; head-, ffn- and vocabulary-parallel ones
+  // all rows of 1/tp of the heads, of the MLP's or of the vocabulary's columns; the loss's lse is
+  // whole on every rank (docs/tensor-parallel.md).
   const int64_t T = tokens, Ts = tokens / tp, h = cfg.hidden, f = cfg.intermediate / tp;
   const int64_t q = (cfg.hidden + 2 * cfg.kv_dim()) / tp, ha = cfg.hidden / tp;
   switch (x.kind) {
@@ -100,8 +101,10 @@ int64_t value_elems(const Value& x, const ModelConfig& cfg, int64_t tokens, int 
       return Ts * h;
     case ValueKind::kO: case ValueKind::kdO:
       return T * ha;
-    case ValueKind::kRstd1: case ValueKind::kRstd2: case ValueKind::kRstdF: case ValueKind::kLseCE:
+    case ValueKind::kRstd1: case ValueKind::kRstd2: case ValueKind::kRstdF:
       return Ts;
+    case ValueKind::kLseCE:
+      return T;
     case ValueKind::kW: case ValueKind::kdW:
       return q * h;
     case ValueKind::kQKV: case ValueKind::kQKVr: case ValueKind::kdQKV:
@@ -112,7 +115,7 @@ int64_t value_elems(const Value& x, const ModelConfig& cfg, int64_t tokens, int 
     case ValueKind::kdU:
       return T * f;
     case ValueKind::kdLogits:
-      return Ts * cfg.vocab;
+      return T * (cfg.vocab / tp);
   }
   return 0;
 }

@@ -241,7 +241,7 @@ nlohmann::json ModelConfig::to_hf_json() const {
 void check_tensor_parallel(const ModelConfig& cfg, int tp, int64_t tokens) {
   auto divides = [&](int64_t n) {
     return cfg.heads % n == 0 && cfg.kv_heads % n == 0 && cfg.intermediate % n == 0 &&
-           (tokens <= 0 || tokens % n == 0);
+           cfg.vocab % n == 0 && (tokens <= 0 || tokens % n == 0);
   };
   if (tp >= 1 && divides(tp)) return;
   std::string ok;
@@ -249,8 +249,11 @@ void check_tensor_parallel(const ModelConfig& cfg, int tp, int64_t tokens) {
     if (divides(n)) ok += (ok.empty() ? "" : ", ") + std::to_string(n);
   const std::string tok = tokens > 0 ? fmt::format(" and the {} tokens of a micro-batch", tokens) : "";
   throw Error(fmt::format("model '{}': a tensor-parallel group of {} must divide its {} attention "
-                          "heads, {} key/value heads, MLP width {}{}; groups that work: {}",
-                          cfg.name, tp, cfg.heads, cfg.kv_heads, cfg.intermediate, tok, ok));
+                          "heads, {} key/value heads, MLP width {}, vocabulary of {}{}; groups "
+                          "that work: {} (pad vocab_size in config.json to a multiple of the "
+                          "group for a vocabulary that does not divide)",
+                          cfg.name, tp, cfg.heads, cfg.kv_heads, cfg.intermediate, cfg.vocab, tok,
+                          ok));
 }
 
 }  // namespace hp

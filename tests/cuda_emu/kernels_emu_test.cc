@@ -321,6 +321,95 @@ TEST_P(KernelsEmuTest, Embedding) {
   EXPECT_EQ(errors_.code, 0);
 }
 
+// The vocabulary-parallel forms: a slice's statistics and the combine against the reference's (f64
+// on the same inputs), and each slice's dlogits against the reference's columns; tolerances as in
+// CrossEntropy above.
+TEST_P(KernelsEmuTest, VocabParallelCrossEntropy) {
+  for (auto [rows, vocab, nparts] :
+       {std::array<int64_t, 3>{3, 48, 3}, {2, 1024, 4}, {4, 74, 2}}) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << vocab << " in " << nparts << " slices");
+    const int64_t count = vocab / nparts;
+    const FVec logits = randn(rows * vocab, 3.0f);
+    const std::vector<int32_t> targets = tokens(rows, static_cast<int32_t>(vocab));
+    FVec parts(2 * rows * nparts, NAN);
+    DVec rparts(2 * rows * nparts);
+    std::vector<Data> slices;
+    for (int64_t p = 0; p < nparts; ++p) {
+      FVec cols(rows * count);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < count; ++c) cols[r * count + c] = logits[r * vocab + p * count + c];
+      slices.emplace_back(t(), cols);
+      const VocabCols v{p * count, count, vocab};
+      vocab_cross_entropy_stats_run(launch_, &errors_, t(), slices.back().ptr(), count,
+                                    targets.data(), rows, v, parts.data() + 2 * rows * p);
+      ref_.vocab_cross_entropy_stats(to_d(cols).data(), count, targets.data(),
+                                     VocabSlice{p * count, count, vocab}, rows,
+                                     rparts.data() + 2 * rows * p);
+    }
+    EXPECT_TRUE(near(parts, rparts, 1e-5, "parts"));
+    FVec lse(rows, NAN);
+    std::vector<double> row_loss(rows, NAN);
+    double loss = 1.5;
+    vocab_cross_entropy_combine_run(launch_, parts.data(), nparts, rows, lse.data(),
+                                    row_loss.data(), &loss);
+    DVec rlse(rows);
+    const double total = ref_.cross_entropy_forward(to_d(logits).data(), vocab, targets.data(),
+                                                    rows, vocab, rlse.data());
+    EXPECT_TRUE(near(lse, rlse, 1e-5, "lse"));
+    EXPECT_NEAR(loss, 1.5 + total, 1e-5 * (1.5 + total));
+    DVec rg(rows * vocab);
+    ref_.cross_entropy_backward(rg.data(), to_d(logits).data(), vocab, rlse.data(), targets.data(),
+                                rows, vocab, 0.37);
+    FVec got_all(rows * vocab);
+    for (int64_t p = 0; p < nparts; ++p) {
+      Data& s = slices[static_cast<size_t>(p)];
+      cross_entropy_backward_run(launch_, &errors_, t(), s.ptr(), t(), s.ptr(), count, lse.data(),
+                                 targets.data(), rows, VocabCols{p * count, count, vocab}, 0.37f);
+      const FVec got = s.floats();
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < count; ++c) got_all[r * vocab + p * count + c] = got[r * count + c];
+    }
+    EXPECT_TRUE(near(got_all, rg, tol(1e-5), "dlogits"));
+  }
+  EXPECT_EQ(errors_.code, 0);
+}
+
+// A slice's lookups are the table's rows or zeros; its backward adds only its tokens' rows, bit
+// for bit the float reference's.
+TEST_P(KernelsEmuTest, VocabParallelEmbedding) {
+  const int64_t n = 67, vocab = 12, dim = 200, count = 4;
+  const FVec table = randn(vocab * dim);
+  const std::vector<int32_t> toks = tokens(n, static_cast<int32_t>(vocab));
+  const FVec dx = randn(n * dim);
+  Data ddx(t(), dx);
+  for (int64_t p = 0; p < vocab / count; ++p) {
+    SCOPED_TRACE(::testing::Message() << "slice " << p);
+    const VocabSlice v{p * count, count, vocab};
+    const FVec rows(table.begin() + p * count * dim, table.begin() + (p + 1) * count * dim);
+    Data dt(t(), rows), x(t(), FVec(n * dim, NAN));
+    embedding_forward_run(launch_, 1, &errors_, t(), x.ptr(), toks.data(), dt.ptr(), n, dim,
+                          v.begin, v.count);
+    FVec want(n * dim);
+    ref_f_.vocab_embedding_forward(want.data(), toks.data(), rows.data(), v, n, dim);
+    EXPECT_TRUE(same_bits(x.floats(), want, "vocab_embedding_forward"));
+
+    FVec dtable = randn(count * dim);
+    FVec want_dt = dtable;
+    ref_f_.vocab_embedding_backward(want_dt.data(), toks.data(), dx.data(), v, n, dim);
+    std::vector<int32_t> order(n, -1);
+    embedding_positions_run(launch_, &errors_, order.data(), toks.data(), n);
+    std::vector<int32_t> sorted_order(order);
+    std::stable_sort(sorted_order.begin(), sorted_order.end(),
+                     [&](int32_t a, int32_t b) { return toks[a] < toks[b]; });
+    std::vector<int32_t> sorted_keys(n);
+    for (int64_t i = 0; i < n; ++i) sorted_keys[i] = toks[sorted_order[i]];
+    embedding_accumulate_run(launch_, t(), dtable.data(), sorted_keys.data(), sorted_order.data(),
+                             ddx.ptr(), n, dim, v.begin, v.count);
+    EXPECT_TRUE(same_bits(dtable, want_dt, "vocab_embedding_backward"));
+  }
+  EXPECT_EQ(errors_.code, 0);
+}
+
 // Not parameterized by the compute type: master weights are f32; the weight copy is either.
 TEST(KernelsEmu, AdamWAndConvert) {
   kemu::EmuLaunch launch;

@@ -70,6 +70,32 @@ class ForwardingKernels : public Kernels {
     Scope s(*this, "cross_entropy_backward");
     k_.cross_entropy_backward(dlogits, logits, ld, lse, targets, rows, vocab, scale);
   }
+  void vocab_embedding_forward(DataPtr x, const int32_t* tokens, ConstDataPtr table, VocabSlice v,
+                               int64_t n, int64_t dim) override {
+    Scope s(*this, "vocab_embedding_forward");
+    k_.vocab_embedding_forward(x, tokens, table, v, n, dim);
+  }
+  void vocab_embedding_backward(DataPtr dtable, const int32_t* tokens, ConstDataPtr dx,
+                                VocabSlice v, int64_t n, int64_t dim) override {
+    Scope s(*this, "vocab_embedding_backward");
+    k_.vocab_embedding_backward(dtable, tokens, dx, v, n, dim);
+  }
+  void vocab_cross_entropy_stats(ConstDataPtr logits, int64_t ld, const int32_t* targets,
+                                 VocabSlice v, int64_t rows, DataPtr parts) override {
+    Scope s(*this, "vocab_cross_entropy_stats");
+    k_.vocab_cross_entropy_stats(logits, ld, targets, v, rows, parts);
+  }
+  void vocab_cross_entropy_combine(ConstDataPtr parts, int64_t nparts, int64_t rows, DataPtr lse,
+                                   DataPtr loss_sum) override {
+    Scope s(*this, "vocab_cross_entropy_combine");
+    k_.vocab_cross_entropy_combine(parts, nparts, rows, lse, loss_sum);
+  }
+  void vocab_cross_entropy_backward(DataPtr dlogits, ConstDataPtr logits, int64_t ld,
+                                    ConstDataPtr lse, const int32_t* targets, VocabSlice v,
+                                    int64_t rows, double scale) override {
+    Scope s(*this, "vocab_cross_entropy_backward");
+    k_.vocab_cross_entropy_backward(dlogits, logits, ld, lse, targets, v, rows, scale);
+  }
   void embedding_forward(DataPtr x, const int32_t* tokens, ConstDataPtr table, int64_t n,
                          int64_t dim) override {
     Scope s(*this, "embedding_forward");

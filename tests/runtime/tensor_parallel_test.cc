@@ -20,7 +20,7 @@ namespace {
 using test::SplitRun;
 
 // Untied, grouped-query attention (8 query heads over 4 key/value heads): T = 2 and T = 4 divide
-// the heads, the key/value heads and the MLP width.
+// the heads, the key/value heads, the MLP width and the vocabulary.
 ModelConfig gqa_config() {
   ModelConfig c;
   c.name = "tp-test";
@@ -29,7 +29,7 @@ ModelConfig gqa_config() {
   c.heads = 8;
   c.kv_heads = 4;
   c.layers = 2;
-  c.vocab = 37;
+  c.vocab = 40;
   c.tie_embeddings = false;
   return c;
 }
@@ -56,6 +56,7 @@ struct RunSetup {
 
 struct Result {
   double loss = 0;
+  std::vector<double> rank_losses;  // parallel(): every rank's loss (all the same bits)
   std::vector<double> grads;  // whole tensors, in the single-process arena layout
 };
 
@@ -109,7 +110,9 @@ Result parallel(const RunSetup& s, const ModelConfig& cfg, int tp, const SplitRu
       place_shard(t, shard, mine.data() + t.offset, r.grads.data() + whole.tensor(t.name).offset);
     }
     if (shard.rank == 0) r.loss = loss;
+    r.rank_losses.push_back(loss);
   });
+  for (double l : r.rank_losses) EXPECT_EQ(l, r.loss) << "a rank's loss differs from rank 0's";
   return r;
 }
 
@@ -142,8 +145,7 @@ std::string describe(int tp, const SplitRun& r, int64_t chunk) {
 // number of cases run.
 int compare_grid(const RunSetup& s, const std::vector<int>& groups,
                  const std::vector<Recompute>& policies, const std::vector<bool>& splits,
-                 double rel) {
-  const ModelConfig cfg = gqa_config();
+                 double rel, const ModelConfig& cfg = gqa_config()) {
   const int L = static_cast<int>(cfg.layers);
   // Each layer split as HelixPipe splits it ([pre] [attn] [post]) and as one op per layer.
   const auto helix_ops = test::split_parts(L, {1, 2, 3, 4, 5, 6, 7});
@@ -191,6 +193,16 @@ TEST(TensorParallelTest, GroupGivesTheSingleProcessGradientsWithin1e6InFp32) {
   EXPECT_EQ(cases, 32);
 }
 
+// A tied LM head is the embedding table: one vocabulary-parallel tensor that both parts use, its
+// gradient the sum of both parts' on each slice.
+TEST(TensorParallelTest, TiedEmbeddingIsVocabularyParallelInBothParts) {
+  ModelConfig cfg = gqa_config();
+  cfg.tie_embeddings = true;
+  const int cases = compare_grid(RunSetup{true}, {2, 4}, {Recompute::kNoAttn}, {false, true}, 1e-12,
+                                 cfg);
+  EXPECT_EQ(cases, 16);
+}
+
 TEST(TensorParallelTest, ShardsInitToBlocksOfTheWholeModel) {
   const ModelConfig cfg = gqa_config();
   auto be = make_cpu_backend(1);
@@ -216,11 +228,13 @@ TEST(TensorParallelTest, ShardsInitToBlocksOfTheWholeModel) {
               (std::vector<int64_t>{32, 8}));
     EXPECT_EQ(p.tensor("model.layers.0.mlp.down_proj.weight").shape,
               (std::vector<int64_t>{32, 12}));
-    EXPECT_EQ(p.tensor("lm_head.weight").shape, (std::vector<int64_t>{37, 32}));
+    EXPECT_EQ(p.tensor("lm_head.weight").shape, (std::vector<int64_t>{10, 32}));
+    EXPECT_EQ(p.tensor("model.embed_tokens.weight").shape, (std::vector<int64_t>{10, 32}));
+    EXPECT_EQ(p.tensor("model.norm.weight").shape, (std::vector<int64_t>{32}));
   }
 }
 
-TEST(TensorParallelTest, GroupSizeMustDivideHeadsKvHeadsAndMlp) {
+TEST(TensorParallelTest, GroupSizeMustDivideHeadsKvHeadsMlpAndVocabulary) {
   ModelConfig cfg = gqa_config();
   auto be = make_cpu_backend(1);
   try {
@@ -229,7 +243,7 @@ TEST(TensorParallelTest, GroupSizeMustDivideHeadsKvHeadsAndMlp) {
   } catch (const Error& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("a tensor-parallel group of 3 must divide its 8 attention heads, 4 key/value "
-                     "heads, MLP width 48"),
+                     "heads, MLP width 48, vocabulary of 40"),
               std::string::npos)
         << m;
     EXPECT_NE(m.find("groups that work: 1, 2, 4"), std::string::npos) << m;

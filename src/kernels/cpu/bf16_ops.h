@@ -40,12 +40,14 @@ struct Bf16Ops {
   // lse[r] of bf16 logits (f32 logits: IsaOps::ce_fwd).
   void (*ce_fwd)(const bf16* logits, int64_t ld, int64_t rows, int64_t vocab, float* lse,
                  int threads);
-  // bf16 dlogits from bf16 logits (may alias) or from f32 logits.
+  // bf16 dlogits from bf16 logits (may alias) or from f32 logits; a target < 0 has no one-hot in
+  // this row (it lies in another rank's vocabulary slice).
   void (*ce_bwd)(bf16* dlogits, const bf16* logits, int64_t ld, const float* lse,
                  const int32_t* targets, int64_t rows, int64_t vocab, float scale, int threads);
   void (*ce_bwd_f32)(bf16* dlogits, const float* logits, int64_t ld, const float* lse,
                      const int32_t* targets, int64_t rows, int64_t vocab, float scale, int threads);
-  // dtable (f32) [tokens[t], :] += dx[t, :], in token order per column (deterministic).
+  // dtable (f32) [tokens[t], :] += dx[t, :], in token order per column (deterministic); tokens < 0
+  // are skipped (another rank's vocabulary slice).
   void (*embedding_bwd)(float* dtable, const int32_t* tokens, const bf16* dx, int64_t n,
                         int64_t dim, int threads);
   void (*to_bf16)(bf16* dst, const float* src, int64_t n, int threads);

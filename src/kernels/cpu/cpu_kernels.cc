@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -55,6 +56,7 @@ struct Workspace {
   std::unique_ptr<cpu::Bf16Gemm> gemm16;  // made on the first bf16 GEMM of this workspace
   ReferenceMath<float> ref;  // plain-loop attention for head dims that are no multiple of 8
   std::vector<float> rope_cos, rope_sin;  // [positions][head_dim / 2]
+  std::vector<int32_t> ids;               // ids relative to a vocabulary slice
   int64_t rope_head_dim = -1, rope_npos = 0;
   double rope_theta = 0;
 };
@@ -247,37 +249,67 @@ class CpuKernels final : public Kernels {
                               const int32_t* targets, int64_t rows, int64_t vocab,
                               double scale) override {
     check_ce(ld, targets, rows, vocab);
-    if (dlogits.dtype == DType::kBF16) {
-      const cpu::Bf16Ops& o = b16("cross_entropy_backward");
-      if (logits.dtype == DType::kF32)
-        o.ce_bwd_f32(dlogits.as<bf16>(), logits.as<float>(), ld, lse.as<float>(), targets, rows,
-                     vocab, static_cast<float>(scale), threads_);
-      else
-        o.ce_bwd(dlogits.as<bf16>(), logits.as<bf16>(), ld, lse.as<float>(), targets, rows, vocab,
-                 static_cast<float>(scale), threads_);
-      return;
-    }
-    if (dlogits.dtype != DType::kF32) unsupported("cross_entropy_backward", dlogits.dtype);
-    ops_.ce_bwd(dlogits.as<float>(), logits.as<float>(), ld, lse.as<float>(), targets, rows, vocab,
-                static_cast<float>(scale), threads_);
+    ce_backward(dlogits, logits, ld, lse, targets, rows, vocab, scale);
   }
 
   void embedding_forward(DataPtr x, const int32_t* tokens, ConstDataPtr table, int64_t n,
                          int64_t dim) override {
-    if (table.dtype != DType::kF32 && table.dtype != DType::kBF16)
-      unsupported("embedding_forward", table.dtype);
-    if (table.dtype == DType::kBF16) b16("embedding_forward");
-    HP_CHECK(x.dtype == table.dtype, "embedding_forward: rows of {} values into {} values",
-             dtype_name(table.dtype), dtype_name(x.dtype));
     check_tokens(tokens, n);
-    const size_t row = static_cast<size_t>(dim * dtype_bytes(x.dtype));
-    char* xx = static_cast<char*>(x.data);
-    const char* t = static_cast<const char*>(table.data);
-    for (int64_t i = 0; i < n; ++i)
-      std::memcpy(xx + i * row, t + static_cast<int64_t>(tokens[i]) * row, row);
+    embedding_rows(x, tokens, table, VocabSlice{0, std::numeric_limits<int32_t>::max(), 0}, n, dim);
   }
   void embedding_backward(DataPtr dtable, const int32_t* tokens, ConstDataPtr dx, int64_t n,
-                          int64_t dim) override;
+                          int64_t dim) override {
+    check_tokens(tokens, n);
+    embedding_add(dtable, tokens, dx, n, dim);
+  }
+
+  void vocab_embedding_forward(DataPtr x, const int32_t* tokens, ConstDataPtr table, VocabSlice v,
+                               int64_t n, int64_t dim) override {
+    check_ids("embedding", "token", tokens, n, v.total);
+    embedding_rows(x, tokens, table, v, n, dim);
+  }
+  void vocab_embedding_backward(DataPtr dtable, const int32_t* tokens, ConstDataPtr dx,
+                                VocabSlice v, int64_t n, int64_t dim) override {
+    check_ids("embedding", "token", tokens, n, v.total);
+    Lease ws(*this);
+    embedding_add(dtable, slice_ids(ws->ids, tokens, n, v), dx, n, dim);
+  }
+  void vocab_cross_entropy_stats(ConstDataPtr logits, int64_t ld, const int32_t* targets,
+                                 VocabSlice v, int64_t rows, DataPtr parts) override {
+    HP_CHECK(v.count >= 1 && ld >= v.count,
+             "vocab_cross_entropy_stats: slice of {} ids must be >= 1 and ld={} >= it", v.count, ld);
+    check_ids("cross_entropy", "target", targets, rows, v.total);
+    float* p = parts.as<float>();
+    if (logits.dtype == DType::kBF16) {
+      const bf16* x = logits.as<bf16>();
+      b16("vocab_cross_entropy_stats").ce_fwd(x, ld, rows, v.count, p, threads_);
+      for (int64_t r = 0; r < rows; ++r)
+        p[rows + r] = v.holds(targets[r]) ? to_float(x[r * ld + targets[r] - v.begin]) : 0.0f;
+      return;
+    }
+    if (logits.dtype != DType::kF32) unsupported("vocab_cross_entropy_stats", logits.dtype);
+    const float* x = logits.as<float>();
+    ops_.ce_fwd(x, ld, rows, v.count, p, threads_);
+    for (int64_t r = 0; r < rows; ++r)
+      p[rows + r] = v.holds(targets[r]) ? x[r * ld + targets[r] - v.begin] : 0.0f;
+  }
+  void vocab_cross_entropy_combine(ConstDataPtr parts, int64_t nparts, int64_t rows, DataPtr lse,
+                                   DataPtr loss_sum) override {
+    if (parts.dtype != DType::kF32) unsupported("vocab_cross_entropy_combine", parts.dtype);
+    *loss_sum.as<double>() += ReferenceMath<float>::vocab_cross_entropy_combine(
+        parts.as<float>(), nparts, rows, lse.as<float>());
+  }
+  void vocab_cross_entropy_backward(DataPtr dlogits, ConstDataPtr logits, int64_t ld,
+                                    ConstDataPtr lse, const int32_t* targets, VocabSlice v,
+                                    int64_t rows, double scale) override {
+    HP_CHECK(v.count >= 1 && ld >= v.count,
+             "vocab_cross_entropy_backward: slice of {} ids must be >= 1 and ld={} >= it", v.count,
+             ld);
+    check_ids("cross_entropy", "target", targets, rows, v.total);
+    Lease ws(*this);
+    ce_backward(dlogits, logits, ld, lse, slice_ids(ws->ids, targets, rows, v), rows, v.count,
+                scale);
+  }
 
   void axpy(DataPtr y, ConstDataPtr x, double alpha, int64_t n) override {
     if (y.dtype == DType::kBF16) {
@@ -294,6 +326,58 @@ class CpuKernels final : public Kernels {
              double grad_scale, DataPtr weight_copy) override;
 
  private:
+  // dlogits = (softmax - onehot) * scale with ids already checked; an id < 0 has no one-hot.
+  void ce_backward(DataPtr dlogits, ConstDataPtr logits, int64_t ld, ConstDataPtr lse,
+                   const int32_t* targets, int64_t rows, int64_t vocab, double scale) {
+    if (dlogits.dtype == DType::kBF16) {
+      const cpu::Bf16Ops& o = b16("cross_entropy_backward");
+      if (logits.dtype == DType::kF32)
+        o.ce_bwd_f32(dlogits.as<bf16>(), logits.as<float>(), ld, lse.as<float>(), targets, rows,
+                     vocab, static_cast<float>(scale), threads_);
+      else
+        o.ce_bwd(dlogits.as<bf16>(), logits.as<bf16>(), ld, lse.as<float>(), targets, rows, vocab,
+                 static_cast<float>(scale), threads_);
+      return;
+    }
+    if (dlogits.dtype != DType::kF32) unsupported("cross_entropy_backward", dlogits.dtype);
+    ops_.ce_bwd(dlogits.as<float>(), logits.as<float>(), ld, lse.as<float>(), targets, rows, vocab,
+                static_cast<float>(scale), threads_);
+  }
+  // x rows = the table rows of the tokens in `v` (ids checked), zero rows for the others.
+  void embedding_rows(DataPtr x, const int32_t* tokens, ConstDataPtr table, VocabSlice v, int64_t n,
+                      int64_t dim) const {
+    if (table.dtype != DType::kF32 && table.dtype != DType::kBF16)
+      unsupported("embedding_forward", table.dtype);
+    if (table.dtype == DType::kBF16) b16("embedding_forward");
+    HP_CHECK(x.dtype == table.dtype, "embedding_forward: rows of {} values into {} values",
+             dtype_name(table.dtype), dtype_name(x.dtype));
+    const size_t row = static_cast<size_t>(dim * dtype_bytes(x.dtype));
+    char* xx = static_cast<char*>(x.data);
+    const char* t = static_cast<const char*>(table.data);
+    for (int64_t i = 0; i < n; ++i) {
+      if (v.holds(tokens[i]))
+        std::memcpy(xx + i * row, t + (tokens[i] - v.begin) * static_cast<int64_t>(row), row);
+      else
+        std::memset(xx + i * row, 0, row);
+    }
+  }
+  // dtable rows += dx rows by checked ids (ids < 0 skipped).
+  void embedding_add(DataPtr dtable, const int32_t* ids, ConstDataPtr dx, int64_t n, int64_t dim);
+  // ids - v.begin for the ids in `v`, -1 for the others, in `buf` (grow-only, per workspace).
+  static const int32_t* slice_ids(std::vector<int32_t>& buf, const int32_t* ids, int64_t n,
+                                  VocabSlice v) {
+    buf.resize(std::max(buf.size(), static_cast<size_t>(n)));
+    for (int64_t i = 0; i < n; ++i)
+      buf[static_cast<size_t>(i)] = v.holds(ids[i]) ? static_cast<int32_t>(ids[i] - v.begin) : -1;
+    return buf.data();
+  }
+  static void check_ids(const char* kernel, const char* what, const int32_t* ids, int64_t n,
+                        int64_t total) {
+    for (int64_t i = 0; i < n; ++i)
+      HP_CHECK(ids[i] >= 0 && ids[i] < total, "{}: {} {} of row {} is outside [0, {})", kernel,
+               what, ids[i], i, total);
+  }
+
   [[noreturn]] void unsupported(const char* kernel, DType t) const {
     fail("{}: the CPU kernels do not have {} for {} values (supported: f32, and bf16 on a CPU "
          "with AVX512-BF16); use precision fp32 or the reference backend",
@@ -437,9 +521,8 @@ void CpuKernels::attention_backward_bf16(const AttnShape& s, ConstDataPtr q, Con
 }
 
 // Token order is kept per column, so splitting columns across threads stays deterministic.
-void CpuKernels::embedding_backward(DataPtr dtable, const int32_t* tokens, ConstDataPtr dx,
-                                    int64_t n, int64_t dim) {
-  check_tokens(tokens, n);
+void CpuKernels::embedding_add(DataPtr dtable, const int32_t* tokens, ConstDataPtr dx, int64_t n,
+                               int64_t dim) {
   if (dx.dtype == DType::kBF16) {
     b16("embedding_backward")
         .embedding_bwd(dtable.as<float>(), tokens, dx.as<bf16>(), n, dim, threads_);
@@ -452,6 +535,7 @@ void CpuKernels::embedding_backward(DataPtr dtable, const int32_t* tokens, Const
   auto run = [&](int64_t c) {
     const int64_t c0 = c * cols, c1 = std::min(dim, c0 + cols);
     for (int64_t t = 0; t < n; ++t) {
+      if (tokens[t] < 0) continue;  // another rank's vocabulary slice
       float* dst = table + static_cast<int64_t>(tokens[t]) * dim;
       const float* src = d + t * dim;
       for (int64_t j = c0; j < c1; ++j) dst[j] += src[j];

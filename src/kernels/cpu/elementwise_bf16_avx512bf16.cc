@@ -206,7 +206,7 @@ HP_ALWAYS_INLINE void ce_bwd_row(u16* d, float xt, int64_t t, float lse, int64_t
   const __m512 vl = vset1(lse), vsc = vset1(scale);
   lanes(0, vocab,
         [&](int64_t c, int64_t n) { bstore_n(d + c, vmul(vexp(vsub(load(c, n), vl)), vsc), n); });
-  d[t] = f2bf(dt);
+  if (t >= 0) d[t] = f2bf(dt);  // t < 0: the target is in another rank's vocabulary slice
 }
 
 void ce_bwd(bf16* dl, const bf16* logits, int64_t ld, const float* lse, const int32_t* targets,
@@ -214,7 +214,8 @@ void ce_bwd(bf16* dl, const bf16* logits, int64_t ld, const float* lse, const in
   chunked(rows, rows_per_chunk(vocab), threads, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const u16* x = raw(logits) + r * ld;
-      ce_bwd_row(raw(dl) + r * ld, bf2f(x[targets[r]]), targets[r], lse[r], vocab, scale,
+      const float xt = targets[r] >= 0 ? bf2f(x[targets[r]]) : 0.0f;
+      ce_bwd_row(raw(dl) + r * ld, xt, targets[r], lse[r], vocab, scale,
                  [&](int64_t c, int64_t n) { return bload_n(x + c, n); });
     }
   });
@@ -225,7 +226,8 @@ void ce_bwd_f32(bf16* dl, const float* logits, int64_t ld, const float* lse, con
   chunked(rows, rows_per_chunk(vocab), threads, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = logits + r * ld;
-      ce_bwd_row(raw(dl) + r * ld, x[targets[r]], targets[r], lse[r], vocab, scale,
+      const float xt = targets[r] >= 0 ? x[targets[r]] : 0.0f;
+      ce_bwd_row(raw(dl) + r * ld, xt, targets[r], lse[r], vocab, scale,
                  [&](int64_t c, int64_t n) { return fload_n(x + c, n); });
     }
   });
@@ -237,6 +239,7 @@ void embedding_bwd(float* dtable, const int32_t* tokens, const bf16* dx, int64_t
                    int threads) {
   auto run = [&](int64_t c0, int64_t c1) {
     for (int64_t t = 0; t < n; ++t) {
+      if (tokens[t] < 0) continue;  // in another rank's vocabulary slice
       float* dst = dtable + static_cast<int64_t>(tokens[t]) * dim;
       const u16* src = raw(dx) + t * dim;
       lanes(c0, c1, [&](int64_t j, int64_t m) {

@@ -203,13 +203,14 @@ void ce_bwd(float* dl, const float* logits, int64_t ld, const float* lse, const 
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = logits + r * ld;
       float* d = dl + r * ld;
-      const int64_t t = targets[r];
-      const float dt = (std::exp(x[t] - lse[r]) - 1.0f) * scale;  // read before d may overwrite x
+      const int64_t t = targets[r];  // < 0: the target is in another rank's vocabulary slice
+      // Read before d may overwrite x.
+      const float dt = t >= 0 ? (std::exp(x[t] - lse[r]) - 1.0f) * scale : 0.0f;
       const vf vl = vset1(lse[r]), vsc = vset1(scale);
       int64_t c = 0;
       for (; c + kW <= vocab; c += kW) vstore(d + c, vmul(vexp(vsub(vload(x + c), vl)), vsc));
       for (; c < vocab; ++c) d[c] = std::exp(x[c] - lse[r]) * scale;
-      d[t] = dt;
+      if (t >= 0) d[t] = dt;
     }
   });
 }

@@ -42,6 +42,7 @@ struct IsaOps {
   // lse[r] for every row; the loss total is summed by the caller in row order.
   void (*ce_fwd)(const float* logits, int64_t ld, int64_t rows, int64_t vocab, float* lse,
                  int threads);
+  // A target < 0: no one-hot in that row (the target is in another rank's vocabulary slice).
   void (*ce_bwd)(float* dlogits, const float* logits, int64_t ld, const float* lse,
                  const int32_t* targets, int64_t rows, int64_t vocab, float scale, int threads);
   void (*axpy)(float* y, const float* x, float alpha, int64_t n, int threads);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -411,7 +412,62 @@ void CudaKernels::cross_entropy_forward(ConstDataPtr logits, int64_t ld, const i
 void CudaKernels::cross_entropy_backward(DataPtr dlogits, ConstDataPtr logits, int64_t ld,
                                          ConstDataPtr lse, const int32_t* targets, int64_t rows,
                                          int64_t vocab, double scale) {
-  const char* k = "cross_entropy_backward";
+  ce_backward("cross_entropy_backward", dlogits, logits, ld, lse, targets, rows,
+              VocabSlice::whole(vocab), scale);
+}
+
+void CudaKernels::vocab_cross_entropy_backward(DataPtr dlogits, ConstDataPtr logits, int64_t ld,
+                                               ConstDataPtr lse, const int32_t* targets,
+                                               VocabSlice v, int64_t rows, double scale) {
+  ce_backward("vocab_cross_entropy_backward", dlogits, logits, ld, lse, targets, rows, v, scale);
+}
+
+void CudaKernels::vocab_cross_entropy_stats(ConstDataPtr logits, int64_t ld,
+                                            const int32_t* targets, VocabSlice v, int64_t rows,
+                                            DataPtr parts) {
+  const char* k = "vocab_cross_entropy_stats";
+  const Elem t = elem_of(logits.dtype, k);
+  expect_type(parts, DType::kF32, k, "parts");
+  HP_CHECK(rows >= 0 && v.count >= 1 && ld >= v.count && v.begin >= 0 &&
+               v.begin + v.count <= v.total,
+           "{}: bad shape rows={} slice [{}, {}) of {} ld={}", k, rows, v.begin,
+           v.begin + v.count, v.total, ld);
+  expect_grid_rows(rows, k);
+  if (rows == 0) return;
+  for (auto [p, name] : {std::pair<const void*, const char*>{logits.data, "logits"},
+                         {targets, "targets"},
+                         {parts.data, "parts"}}) {
+    expect_ptr(p, k, name);
+  }
+  DeviceGuard guard(device_);
+  ::hp::cuda::vocab_cross_entropy_stats(ctx(), t, logits.data, ld, targets, rows, v.begin, v.count,
+                                        v.total, static_cast<float*>(parts.data));
+}
+
+void CudaKernels::vocab_cross_entropy_combine(ConstDataPtr parts, int64_t nparts, int64_t rows,
+                                              DataPtr lse, DataPtr loss_sum) {
+  const char* k = "vocab_cross_entropy_combine";
+  expect_type(parts, DType::kF32, k, "parts");
+  expect_type(lse, DType::kF32, k, "lse");
+  expect_type(loss_sum, DType::kF64, k, "loss_sum");
+  HP_CHECK(rows >= 0 && nparts >= 1, "{}: bad shape rows={} parts={}", k, rows, nparts);
+  if (rows == 0) return;
+  for (auto [p, name] : {std::pair<const void*, const char*>{parts.data, "parts"},
+                         {lse.data, "lse"},
+                         {loss_sum.data, "loss_sum"}}) {
+    expect_ptr(p, k, name);
+  }
+  DeviceGuard guard(device_);
+  auto* row_loss = static_cast<double*>(scratch(kRowLoss, rows * 8));
+  ::hp::cuda::vocab_cross_entropy_combine(ctx(), static_cast<const float*>(parts.data), nparts,
+                                          rows, static_cast<float*>(lse.data), row_loss,
+                                          static_cast<double*>(loss_sum.data));
+}
+
+void CudaKernels::ce_backward(const char* k, DataPtr dlogits, ConstDataPtr logits, int64_t ld,
+                              ConstDataPtr lse, const int32_t* targets, int64_t rows,
+                              VocabSlice v, double scale) {
+  const int64_t vocab = v.count;
   const Elem dt = elem_of(dlogits.dtype, k);
   const Elem lt = elem_of(logits.dtype, k);
   expect_type(lse, DType::kF32, k, "lse");
@@ -431,12 +487,31 @@ void CudaKernels::cross_entropy_backward(DataPtr dlogits, ConstDataPtr logits, i
   DeviceGuard guard(device_);
   ::hp::cuda::cross_entropy_backward(ctx(), dt, dlogits.data, lt, logits.data, ld,
                                      static_cast<const float*>(lse.data), targets, rows, vocab,
-                                     static_cast<float>(scale));
+                                     static_cast<float>(scale), v.begin, v.total);
 }
 
 void CudaKernels::embedding_forward(DataPtr x, const int32_t* tokens, ConstDataPtr table, int64_t n,
                                     int64_t dim) {
-  const char* k = "embedding_forward";
+  embed_rows("embedding_forward", x, tokens, table, n, dim, 0, INT64_MAX);
+}
+
+void CudaKernels::vocab_embedding_forward(DataPtr x, const int32_t* tokens, ConstDataPtr table,
+                                          VocabSlice v, int64_t n, int64_t dim) {
+  embed_rows("vocab_embedding_forward", x, tokens, table, n, dim, v.begin, v.count);
+}
+
+void CudaKernels::embedding_backward(DataPtr dtable, const int32_t* tokens, ConstDataPtr dx,
+                                     int64_t n, int64_t dim) {
+  embed_add("embedding_backward", dtable, tokens, dx, n, dim, 0, INT64_MAX);
+}
+
+void CudaKernels::vocab_embedding_backward(DataPtr dtable, const int32_t* tokens, ConstDataPtr dx,
+                                           VocabSlice v, int64_t n, int64_t dim) {
+  embed_add("vocab_embedding_backward", dtable, tokens, dx, n, dim, v.begin, v.count);
+}
+
+void CudaKernels::embed_rows(const char* k, DataPtr x, const int32_t* tokens, ConstDataPtr table,
+                             int64_t n, int64_t dim, int64_t begin, int64_t count) {
   const Elem t = elem_of(table.dtype, k);
   expect_type(x, table.dtype, k, "x");
   HP_CHECK(n >= 0 && dim >= 1, "{}: bad shape n={} dim={}", k, n, dim);
@@ -445,12 +520,11 @@ void CudaKernels::embedding_forward(DataPtr x, const int32_t* tokens, ConstDataP
   expect_ptr(tokens, k, "tokens");
   expect_ptr(table.data, k, "table");
   DeviceGuard guard(device_);
-  ::hp::cuda::embedding_forward(ctx(), t, x.data, tokens, table.data, n, dim);
+  ::hp::cuda::embedding_forward(ctx(), t, x.data, tokens, table.data, n, dim, begin, count);
 }
 
-void CudaKernels::embedding_backward(DataPtr dtable, const int32_t* tokens, ConstDataPtr dx,
-                                     int64_t n, int64_t dim) {
-  const char* k = "embedding_backward";
+void CudaKernels::embed_add(const char* k, DataPtr dtable, const int32_t* tokens, ConstDataPtr dx,
+                            int64_t n, int64_t dim, int64_t begin, int64_t count) {
   const Elem t = elem_of(dx.dtype, k);
   expect_type(dtable, DType::kF32, k, "dtable");
   HP_CHECK(n >= 0 && dim >= 1, "{}: bad shape n={} dim={}", k, n, dim);
@@ -464,7 +538,7 @@ void CudaKernels::embedding_backward(DataPtr dtable, const int32_t* tokens, Cons
   const size_t bytes = embedding_backward_scratch(n);
   void* work = scratch(kEmbedding, static_cast<int64_t>(bytes));
   ::hp::cuda::embedding_backward(ctx(), t, static_cast<float*>(dtable.data), tokens, dx.data, n,
-                                 dim, work, bytes);
+                                 dim, work, bytes, begin, count);
 }
 
 void CudaKernels::axpy(DataPtr y, ConstDataPtr x, double alpha, int64_t n) {

@@ -71,6 +71,17 @@ class CudaKernels final : public Kernels {
                          int64_t dim) override;
   void embedding_backward(DataPtr dtable, const int32_t* tokens, ConstDataPtr dx, int64_t n,
                           int64_t dim) override;
+  void vocab_embedding_forward(DataPtr x, const int32_t* tokens, ConstDataPtr table, VocabSlice v,
+                               int64_t n, int64_t dim) override;
+  void vocab_embedding_backward(DataPtr dtable, const int32_t* tokens, ConstDataPtr dx,
+                                VocabSlice v, int64_t n, int64_t dim) override;
+  void vocab_cross_entropy_stats(ConstDataPtr logits, int64_t ld, const int32_t* targets,
+                                 VocabSlice v, int64_t rows, DataPtr parts) override;
+  void vocab_cross_entropy_combine(ConstDataPtr parts, int64_t nparts, int64_t rows, DataPtr lse,
+                                   DataPtr loss_sum) override;
+  void vocab_cross_entropy_backward(DataPtr dlogits, ConstDataPtr logits, int64_t ld,
+                                    ConstDataPtr lse, const int32_t* targets, VocabSlice v,
+                                    int64_t rows, double scale) override;
   void axpy(DataPtr y, ConstDataPtr x, double alpha, int64_t n) override;
   void convert(DataPtr dst, ConstDataPtr src, int64_t n) override;
   double sum_squares(ConstDataPtr x, int64_t n) override;
@@ -91,6 +102,14 @@ class CudaKernels final : public Kernels {
 
  private:
   enum Slot { kNormPartial, kRowLoss, kSumPartial, kSumResult, kEmbedding, kAttention, kSlots };
+  // The bodies shared by the whole-vocabulary kernels and their vocabulary-slice forms.
+  void ce_backward(const char* k, DataPtr dlogits, ConstDataPtr logits, int64_t ld,
+                   ConstDataPtr lse, const int32_t* targets, int64_t rows, VocabSlice v,
+                   double scale);
+  void embed_rows(const char* k, DataPtr x, const int32_t* tokens, ConstDataPtr table, int64_t n,
+                  int64_t dim, int64_t begin, int64_t count);
+  void embed_add(const char* k, DataPtr dtable, const int32_t* tokens, ConstDataPtr dx, int64_t n,
+                 int64_t dim, int64_t begin, int64_t count);
   // At least `bytes` of device scratch for `slot`, kept and reused by later calls (grow-only).
   void* scratch(Slot slot, int64_t bytes);
   // The (cos, sin) table for rope covering positions [0, seq) at least.

@@ -22,9 +22,10 @@ size_t sort_temp_bytes(int n) {
 }  // namespace
 
 void embedding_forward(const LaunchContext& ctx, Elem t, void* x, const int32_t* tokens,
-                       const void* table, int64_t n, int64_t dim) {
+                       const void* table, int64_t n, int64_t dim, int64_t begin, int64_t count) {
   CudaLaunch launch{ctx.stream};
-  embedding_forward_run(launch, ctx.sm_count, ctx.errors, t, x, tokens, table, n, dim);
+  embedding_forward_run(launch, ctx.sm_count, ctx.errors, t, x, tokens, table, n, dim, begin,
+                        count);
 }
 
 size_t embedding_backward_scratch(int64_t n) {
@@ -34,7 +35,7 @@ size_t embedding_backward_scratch(int64_t n) {
 
 void embedding_backward(const LaunchContext& ctx, Elem t, float* dtable, const int32_t* tokens,
                         const void* dx, int64_t n, int64_t dim, void* scratch,
-                        size_t scratch_bytes) {
+                        size_t scratch_bytes, int64_t begin, int64_t count) {
   if (n == 0 || dim == 0) return;
   const size_t array = align256(static_cast<size_t>(n) * sizeof(int32_t));
   char* base = static_cast<char*>(scratch);
@@ -53,7 +54,7 @@ void embedding_backward(const LaunchContext& ctx, Elem t, float* dtable, const i
                                                 sorted_order, static_cast<int>(n), 0, 32,
                                                 ctx.stream));
   HP_CUDA_CHECK_LAUNCH("embedding_backward (radix sort)");
-  embedding_accumulate_run(launch, t, dtable, sorted_keys, sorted_order, dx, n, dim);
+  embedding_accumulate_run(launch, t, dtable, sorted_keys, sorted_order, dx, n, dim, begin, count);
 }
 
 }  // namespace hp::cuda

@@ -56,18 +56,30 @@ void adamw(const LaunchContext& ctx, float* param, const float* grad, float* m, 
 void cross_entropy_forward(const LaunchContext& ctx, Elem t, const void* logits, int64_t ld,
                            const int32_t* targets, int64_t rows, int64_t vocab, float* lse,
                            double* row_loss, double* loss_sum);
+// The row's `vocab` columns are ids begin .. begin + vocab - 1 of `total` (< 0: vocab).
 void cross_entropy_backward(const LaunchContext& ctx, Elem dt, void* dlogits, Elem lt,
                             const void* logits, int64_t ld, const float* lse,
-                            const int32_t* targets, int64_t rows, int64_t vocab, float scale);
+                            const int32_t* targets, int64_t rows, int64_t vocab, float scale,
+                            int64_t begin = 0, int64_t total = -1);
+// Vocabulary-parallel cross-entropy: a slice's parts (2 * rows floats: lse of the slice | target
+// logit or 0), then the combine of nparts such blocks into lse and row_loss, summed into loss_sum.
+void vocab_cross_entropy_stats(const LaunchContext& ctx, Elem t, const void* logits, int64_t ld,
+                               const int32_t* targets, int64_t rows, int64_t begin, int64_t vocab,
+                               int64_t total, float* parts);
+void vocab_cross_entropy_combine(const LaunchContext& ctx, const float* parts, int64_t nparts,
+                                 int64_t rows, float* lse, double* row_loss, double* loss_sum);
 
 // Embedding (embedding.cu).
+// The table holds the rows of ids begin .. begin + count - 1: other tokens give zero rows
+// forward and are skipped backward (the whole table: the defaults).
 void embedding_forward(const LaunchContext& ctx, Elem t, void* x, const int32_t* tokens,
-                       const void* table, int64_t n, int64_t dim);
+                       const void* table, int64_t n, int64_t dim, int64_t begin = 0,
+                       int64_t count = INT64_MAX);
 // Scratch for the backward's token sort: 3 int32 arrays of n plus CUB's temporary storage.
 size_t embedding_backward_scratch(int64_t n);
 void embedding_backward(const LaunchContext& ctx, Elem t, float* dtable, const int32_t* tokens,
                         const void* dx, int64_t n, int64_t dim, void* scratch,
-                        size_t scratch_bytes);
+                        size_t scratch_bytes, int64_t begin = 0, int64_t count = INT64_MAX);
 
 // Fills a rows x cols strided f32/bf16 matrix with beta * itself (beta == 0: zeros, not read).
 void scale_matrix(const LaunchContext& ctx, Elem t, void* c, int64_t rows, int64_t cols, int64_t ld,

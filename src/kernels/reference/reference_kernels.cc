@@ -233,6 +233,73 @@ class ReferenceKernels final : public Kernels {
     f_.embedding_backward(dtable.as<float>(), tokens, load(dx, n, dim, dim, 0), n, dim);
   }
 
+  void vocab_embedding_forward(DataPtr x, const int32_t* tokens, ConstDataPtr table, VocabSlice v,
+                               int64_t n, int64_t dim) override {
+    want(x, table.dtype, "vocab_embedding_forward", "x");
+    if (table.dtype == DType::kF64) {
+      d_.vocab_embedding_forward(x.as<double>(), tokens, table.as<double>(), v, n, dim);
+      return;
+    }
+    float* xx = load_out(x, n, dim, dim, 0, false);  // row copies and zeros: exact in any type
+    f_.vocab_embedding_forward(xx, tokens, load(table, v.count, dim, dim, 1), v, n, dim);
+    store(x, xx, n, dim, dim);
+  }
+
+  void vocab_embedding_backward(DataPtr dtable, const int32_t* tokens, ConstDataPtr dx,
+                                VocabSlice v, int64_t n, int64_t dim) override {
+    want(dtable, master_of(dx.dtype), "vocab_embedding_backward", "dtable");
+    if (dx.dtype == DType::kF64) {
+      d_.vocab_embedding_backward(dtable.as<double>(), tokens, dx.as<double>(), v, n, dim);
+      return;
+    }
+    f_.vocab_embedding_backward(dtable.as<float>(), tokens, load(dx, n, dim, dim, 0), v, n, dim);
+  }
+
+  void vocab_cross_entropy_stats(ConstDataPtr logits, int64_t ld, const int32_t* targets,
+                                 VocabSlice v, int64_t rows, DataPtr parts) override {
+    want(parts, stats_of(logits.dtype), "vocab_cross_entropy_stats", "parts");
+    if (logits.dtype == DType::kF64) {
+      d_.vocab_cross_entropy_stats(logits.as<double>(), ld, targets, v, rows, parts.as<double>());
+      return;
+    }
+    f_.vocab_cross_entropy_stats(load(logits, rows, v.count, ld, 0), ld, targets, v, rows,
+                                 parts.as<float>());
+  }
+
+  void vocab_cross_entropy_combine(ConstDataPtr parts, int64_t nparts, int64_t rows, DataPtr lse,
+                                   DataPtr loss_sum) override {
+    want(loss_sum, DType::kF64, "vocab_cross_entropy_combine", "loss_sum");
+    want(lse, parts.dtype, "vocab_cross_entropy_combine", "lse");
+    if (parts.dtype == DType::kF64) {
+      *loss_sum.as<double>() += ReferenceMath<double>::vocab_cross_entropy_combine(
+          parts.as<double>(), nparts, rows, lse.as<double>());
+      return;
+    }
+    want(parts, DType::kF32, "vocab_cross_entropy_combine", "parts");
+    *loss_sum.as<double>() += ReferenceMath<float>::vocab_cross_entropy_combine(
+        parts.as<float>(), nparts, rows, lse.as<float>());
+  }
+
+  void vocab_cross_entropy_backward(DataPtr dlogits, ConstDataPtr logits, int64_t ld,
+                                    ConstDataPtr lse, const int32_t* targets, VocabSlice v,
+                                    int64_t rows, double scale) override {
+    want(lse, stats_of(dlogits.dtype), "vocab_cross_entropy_backward", "lse");
+    if (dlogits.dtype == DType::kF64) {
+      want(logits, DType::kF64, "vocab_cross_entropy_backward", "logits");
+      d_.vocab_cross_entropy_backward(dlogits.as<double>(), logits.as<double>(), ld,
+                                      lse.as<double>(), targets, v, rows, scale);
+      return;
+    }
+    HP_CHECK(logits.dtype == dlogits.dtype || logits.dtype == DType::kF32,
+             "reference vocab_cross_entropy_backward: logits are {}, dlogits {}",
+             dtype_name(logits.dtype), dtype_name(dlogits.dtype));
+    const float* l = load(logits, rows, v.count, ld, 0);
+    float* d = load_out(dlogits, rows, v.count, ld, 1, false);
+    f_.vocab_cross_entropy_backward(d, l, ld, lse.as<float>(), targets, v, rows,
+                                    static_cast<float>(scale));
+    store(dlogits, d, rows, v.count, ld);
+  }
+
   void axpy(DataPtr y, ConstDataPtr x, double alpha, int64_t n) override {
     want(x, y.dtype, "axpy", "x");
     if (y.dtype == DType::kF64) {

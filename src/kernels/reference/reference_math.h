@@ -226,6 +226,59 @@ class ReferenceMath {
     }
   }
 
+  // Vocabulary-parallel cross-entropy (Kernels::vocab_cross_entropy_*).
+  void vocab_cross_entropy_stats(const T* logits, int64_t ld, const int32_t* targets, VocabSlice v,
+                                 int64_t rows, T* parts) {
+    for (int64_t r = 0; r < rows; ++r) {
+      check_target(targets[r], v.total, r);
+      parts[r] = row_lse(logits + r * ld, v.count);
+      parts[rows + r] = v.holds(targets[r]) ? logits[r * ld + targets[r] - v.begin] : T(0);
+    }
+  }
+  // Returns the sum over rows of lse[r] - the target's logit (in row order, in double).
+  static double vocab_cross_entropy_combine(const T* parts, int64_t nparts, int64_t rows, T* lse) {
+    double total = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      double mx = -std::numeric_limits<double>::infinity(), target = 0;
+      for (int64_t p = 0; p < nparts; ++p) mx = std::max(mx, static_cast<double>(parts[p * 2 * rows + r]));
+      double sum = 0;
+      for (int64_t p = 0; p < nparts; ++p) {
+        sum += std::exp(static_cast<double>(parts[p * 2 * rows + r]) - mx);
+        target += static_cast<double>(parts[p * 2 * rows + rows + r]);
+      }
+      lse[r] = static_cast<T>(mx + std::log(sum));
+      total += static_cast<double>(lse[r]) - target;
+    }
+    return total;
+  }
+  void vocab_cross_entropy_backward(T* dlogits, const T* logits, int64_t ld, const T* lse,
+                                    const int32_t* targets, VocabSlice v, int64_t rows, T scale) {
+    for (int64_t r = 0; r < rows; ++r) {
+      check_target(targets[r], v.total, r);
+      for (int64_t c = 0; c < v.count; ++c) {
+        const T pc = std::exp(logits[r * ld + c] - lse[r]);
+        dlogits[r * ld + c] = (pc - (c + v.begin == targets[r] ? T(1) : T(0))) * scale;
+      }
+    }
+  }
+  void vocab_embedding_forward(T* x, const int32_t* tokens, const T* table, VocabSlice v, int64_t n,
+                               int64_t dim) {
+    for (int64_t t = 0; t < n; ++t) {
+      check_token(tokens[t], v.total, t);
+      const bool mine = v.holds(tokens[t]);
+      for (int64_t c = 0; c < dim; ++c)
+        x[t * dim + c] = mine ? table[(tokens[t] - v.begin) * dim + c] : T(0);
+    }
+  }
+  void vocab_embedding_backward(T* dtable, const int32_t* tokens, const T* dx, VocabSlice v,
+                                int64_t n, int64_t dim) {
+    for (int64_t t = 0; t < n; ++t) {
+      check_token(tokens[t], v.total, t);
+      if (!v.holds(tokens[t])) continue;
+      for (int64_t c = 0; c < dim; ++c) dtable[(tokens[t] - v.begin) * dim + c] += dx[t * dim + c];
+    }
+  }
+
   void embedding_forward(T* x, const int32_t* tokens, const T* table, int64_t n,
                          int64_t dim) {
     for (int64_t t = 0; t < n; ++t) {
@@ -285,6 +338,10 @@ class ReferenceMath {
   }
   static void check_target(int32_t t, int64_t vocab, int64_t r) {
     HP_CHECK(t >= 0 && t < vocab, "cross_entropy: target {} of row {} is outside [0, {})", t, r,
+             vocab);
+  }
+  static void check_token(int32_t t, int64_t vocab, int64_t i) {
+    HP_CHECK(t >= 0 && t < vocab, "embedding: token {} at position {} is outside [0, {})", t, i,
              vocab);
   }
   static T row_lse(const T* x, int64_t vocab) {
