@@ -113,6 +113,22 @@ class KernelsEmuTest : public ::testing::TestWithParam<Elem> {
     return v;
   }
 
+  // The embedding backward as embedding.cu runs it: positions, a stable sort (on the host here,
+  // standing in for CUB's) and the accumulate kernel.
+  void embedding_backward_emu(FVec& dtable, const std::vector<int32_t>& toks, Data& dx, int64_t dim,
+                              int64_t begin = 0, int64_t count = INT64_MAX) {
+    const int64_t n = static_cast<int64_t>(toks.size());
+    std::vector<int32_t> order(n, -1);
+    embedding_positions_run(launch_, &errors_, order.data(), toks.data(), n);
+    std::vector<int32_t> sorted_order(order);
+    std::stable_sort(sorted_order.begin(), sorted_order.end(),
+                     [&](int32_t a, int32_t b) { return toks[a] < toks[b]; });
+    std::vector<int32_t> sorted_keys(n);
+    for (int64_t i = 0; i < n; ++i) sorted_keys[i] = toks[sorted_order[i]];
+    embedding_accumulate_run(launch_, t(), dtable.data(), sorted_keys.data(), sorted_order.data(),
+                             dx.ptr(), n, dim, begin, count);
+  }
+
   std::mt19937 rng_{12345};
   kemu::EmuLaunch launch_;
   ReferenceMath<double> ref_;
@@ -307,15 +323,7 @@ TEST_P(KernelsEmuTest, Embedding) {
     FVec dtable = randn(vocab * dim);
     FVec want_dt = dtable;
     ref_f_.embedding_backward(want_dt.data(), toks.data(), dx.data(), n, dim);
-    std::vector<int32_t> order(n, -1);
-    embedding_positions_run(launch_, &errors_, order.data(), toks.data(), n);
-    std::vector<int32_t> sorted_order(order);
-    std::stable_sort(sorted_order.begin(), sorted_order.end(),
-                     [&](int32_t a, int32_t b) { return toks[a] < toks[b]; });
-    std::vector<int32_t> sorted_keys(n);
-    for (int64_t i = 0; i < n; ++i) sorted_keys[i] = toks[sorted_order[i]];
-    embedding_accumulate_run(launch_, t(), dtable.data(), sorted_keys.data(), sorted_order.data(),
-                             ddx.ptr(), n, dim);
+    embedding_backward_emu(dtable, toks, ddx, dim);
     EXPECT_TRUE(same_bits(dtable, want_dt, "embedding_backward"));
   }
   EXPECT_EQ(errors_.code, 0);
@@ -396,15 +404,7 @@ TEST_P(KernelsEmuTest, VocabParallelEmbedding) {
     FVec dtable = randn(count * dim);
     FVec want_dt = dtable;
     ref_f_.vocab_embedding_backward(want_dt.data(), toks.data(), dx.data(), v, n, dim);
-    std::vector<int32_t> order(n, -1);
-    embedding_positions_run(launch_, &errors_, order.data(), toks.data(), n);
-    std::vector<int32_t> sorted_order(order);
-    std::stable_sort(sorted_order.begin(), sorted_order.end(),
-                     [&](int32_t a, int32_t b) { return toks[a] < toks[b]; });
-    std::vector<int32_t> sorted_keys(n);
-    for (int64_t i = 0; i < n; ++i) sorted_keys[i] = toks[sorted_order[i]];
-    embedding_accumulate_run(launch_, t(), dtable.data(), sorted_keys.data(), sorted_order.data(),
-                             ddx.ptr(), n, dim, v.begin, v.count);
+    embedding_backward_emu(dtable, toks, ddx, dim, v.begin, v.count);
     EXPECT_TRUE(same_bits(dtable, want_dt, "vocab_embedding_backward"));
   }
   EXPECT_EQ(errors_.code, 0);

@@ -60,13 +60,12 @@ __device__ __forceinline__ void block_lse(float& m, float& s) {
   }
 }
 
+// The block's (max, sum of exp) over one row of `vocab` logits, the same on every thread: N-wide
+// loads over the packs, then the tail, then the fixed merge tree.
 template <typename T, int N>
-__global__ void cross_entropy_forward_kernel(const T* logits, int64_t ld, const int32_t* targets,
-                                             int64_t vocab, float* lse, double* row_loss,
-                                             DeviceErrorRecord* errors) {
-  const int64_t r = blockIdx.x;
-  const T* row = logits + r * ld;
-  float m = -INFINITY, s = 0.0f;
+__device__ __forceinline__ void row_lse(const T* row, int64_t vocab, float& m, float& s) {
+  m = -INFINITY;
+  s = 0.0f;
   const int64_t packs = vocab / N;
   for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
     float v[N];
@@ -77,6 +76,16 @@ __global__ void cross_entropy_forward_kernel(const T* logits, int64_t ld, const 
   for (int64_t c = packs * N + threadIdx.x; c < vocab; c += blockDim.x)
     lse_add(m, s, to_float(row[c]));
   block_lse(m, s);
+}
+
+template <typename T, int N>
+__global__ void cross_entropy_forward_kernel(const T* logits, int64_t ld, const int32_t* targets,
+                                             int64_t vocab, float* lse, double* row_loss,
+                                             DeviceErrorRecord* errors) {
+  const int64_t r = blockIdx.x;
+  const T* row = logits + r * ld;
+  float m, s;
+  row_lse<T, N>(row, vocab, m, s);
   if (threadIdx.x == 0) {
     const float l = m + logf(s);
     lse[r] = l;
@@ -111,17 +120,8 @@ __global__ void vocab_cross_entropy_stats_kernel(const T* logits, int64_t ld,
                                                  float* parts, DeviceErrorRecord* errors) {
   const int64_t r = blockIdx.x;
   const T* row = logits + r * ld;
-  float m = -INFINITY, s = 0.0f;
-  const int64_t packs = vocab / N;
-  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-    float v[N];
-    load_vec<T, N>(row + p * N, v);
-#pragma unroll
-    for (int j = 0; j < N; ++j) lse_add(m, s, v[j]);
-  }
-  for (int64_t c = packs * N + threadIdx.x; c < vocab; c += blockDim.x)
-    lse_add(m, s, to_float(row[c]));
-  block_lse(m, s);
+  float m, s;
+  row_lse<T, N>(row, vocab, m, s);
   if (threadIdx.x == 0) {
     parts[r] = m + logf(s);
     const int64_t t = targets[r];
