@@ -342,6 +342,54 @@ size_t bwd_dq_floats(const AttnShape& s, const Dims& m) {
   return round64(static_cast<size_t>(s.batch * s.heads * std::min(m.nt, kSplits) * m.sp * m.dp));
 }
 
+// dq = (sum of the dQ partials [b*h][split][sp][dp] of the key-tile groups that reach the row, in
+// group order) / sqrt(d).
+void bwd_sum_dq(const AttnShape& s, const Dims& m, const float* dQs, int64_t ns, const int64_t* cut,
+                float* dq, int threads) {
+  const int64_t head_sz = m.sp * m.dp;
+  par_for(s.batch * s.heads * m.nt, threads, [&](int64_t i, int) {
+    const int64_t bh = i / m.nt, qt = i % m.nt;
+    const int64_t b = bh / s.heads, h = bh % s.heads;
+    const int64_t q0 = qt * T, nq = std::min<int64_t>(T, s.seq - q0);
+    for (int64_t r = q0; r < q0 + nq; ++r) {
+      float* out = dq + (b * s.seq + r) * s.ld_qkv + h * m.d;
+      scale_rows(out, 0, dQs + (bh * ns) * head_sz + r * m.dp, 0, 1, m.d, 1.0f);
+      for (int64_t g = 1; g < ns && cut[g] <= qt; ++g) {
+        if (cut[g] == cut[g + 1]) continue;
+        const float* part = dQs + (bh * ns + g) * head_sz + r * m.dp;
+        for (int64_t c = 0; c < m.d; ++c) out[c] += part[c];
+      }
+      for (int64_t c = 0; c < m.d; ++c) out[c] *= m.scale;
+    }
+  });
+}
+
+// dk, dv of kv head kh = the sum of its query heads' dK, dV [b*h][sp][dp], in head order.
+void bwd_sum_dkdv(const AttnShape& s, const Dims& m, const float* dKh, const float* dVh, float* dk,
+                  float* dv, int threads) {
+  const int64_t head_sz = m.sp * m.dp, chunks = (s.seq + T - 1) / T;
+  par_for(s.batch * s.kv_heads * chunks, threads, [&](int64_t i, int) {
+    const int64_t c0 = (i % chunks) * T, bk = i / chunks;
+    const int64_t b = bk / s.kv_heads, kh = bk % s.kv_heads;
+    const int64_t rows = std::min<int64_t>(T, s.seq - c0);
+    for (int64_t r = c0; r < c0 + rows; ++r) {
+      float* ok = dk + (b * s.seq + r) * s.ld_qkv + kh * m.d;
+      float* ov = dv + (b * s.seq + r) * s.ld_qkv + kh * m.d;
+      const int64_t h0 = b * s.heads + kh * m.group;
+      std::memcpy(ok, dKh + h0 * head_sz + r * m.dp, sizeof(float) * m.d);
+      std::memcpy(ov, dVh + h0 * head_sz + r * m.dp, sizeof(float) * m.d);
+      for (int64_t g = 1; g < m.group; ++g) {
+        const float* sk = dKh + (h0 + g) * head_sz + r * m.dp;
+        const float* sv = dVh + (h0 + g) * head_sz + r * m.dp;
+        for (int64_t c = 0; c < m.d; ++c) {
+          ok[c] += sk[c];
+          ov[c] += sv[c];
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 size_t attn_bwd_scratch(const AttnShape& s, int threads) {
@@ -442,45 +490,8 @@ void attn_bwd(const AttnShape& s, const float* q, const float* k, const float* v
     }
   });
 
-  // dq = (sum of the dQ partials of the groups that reach the row, in group order) / sqrt(d).
-  par_for(s.batch * s.heads * m.nt, threads, [&](int64_t i, int) {
-    const int64_t bh = i / m.nt, qt = i % m.nt;
-    const int64_t b = bh / s.heads, h = bh % s.heads;
-    const int64_t q0 = qt * T, nq = std::min<int64_t>(T, s.seq - q0);
-    for (int64_t r = q0; r < q0 + nq; ++r) {
-      float* out = dq + (b * s.seq + r) * s.ld_qkv + h * m.d;
-      scale_rows(out, 0, dQs + (bh * ns) * head_sz + r * m.dp, 0, 1, m.d, 1.0f);
-      for (int64_t g = 1; g < ns && cut[g] <= qt; ++g) {
-        if (cut[g] == cut[g + 1]) continue;
-        const float* part = dQs + (bh * ns + g) * head_sz + r * m.dp;
-        for (int64_t c = 0; c < m.d; ++c) out[c] += part[c];
-      }
-      for (int64_t c = 0; c < m.d; ++c) out[c] *= m.scale;
-    }
-  });
-
-  // dk, dv of kv head kh = sum over its query heads, in head order.
-  const int64_t chunks = (s.seq + T - 1) / T;
-  par_for(s.batch * s.kv_heads * chunks, threads, [&](int64_t i, int) {
-    const int64_t c0 = (i % chunks) * T, bk = i / chunks;
-    const int64_t b = bk / s.kv_heads, kh = bk % s.kv_heads;
-    const int64_t rows = std::min<int64_t>(T, s.seq - c0);
-    for (int64_t r = c0; r < c0 + rows; ++r) {
-      float* ok = dk + (b * s.seq + r) * s.ld_qkv + kh * m.d;
-      float* ov = dv + (b * s.seq + r) * s.ld_qkv + kh * m.d;
-      const int64_t h0 = b * s.heads + kh * m.group;
-      std::memcpy(ok, dKh + h0 * head_sz + r * m.dp, sizeof(float) * m.d);
-      std::memcpy(ov, dVh + h0 * head_sz + r * m.dp, sizeof(float) * m.d);
-      for (int64_t g = 1; g < m.group; ++g) {
-        const float* sk = dKh + (h0 + g) * head_sz + r * m.dp;
-        const float* sv = dVh + (h0 + g) * head_sz + r * m.dp;
-        for (int64_t c = 0; c < m.d; ++c) {
-          ok[c] += sk[c];
-          ov[c] += sv[c];
-        }
-      }
-    }
-  });
+  bwd_sum_dq(s, m, dQs, ns, cut, dq, threads);
+  bwd_sum_dkdv(s, m, dKh, dVh, dk, dv, threads);
 }
 
 }  // namespace HP_SIMD_NS

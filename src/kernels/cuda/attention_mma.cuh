@@ -69,6 +69,47 @@ HP_DEV void pack_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4])
   a[3] = pack_bf16(c1[2], c1[3]);
 }
 
+// One key tile of the forward's online softmax, in the exp2 domain (scores scaled by
+// scale * log2 e inside the exponent), for this lane's two rows (wrow + g, wrow + g + 8): masks
+// the keys after each row (only tiles reaching past the warp's first row), rescales the running
+// sums and the O accumulator by the new row maxima, and turns s into the tile's probabilities.
+template <int D, int kBk>
+HP_DEV void fwd_online_softmax(float (&s)[kBk / 8][4], float (&acc)[D / 8][4], float (&row_max)[2],
+                               float (&row_sum)[2], int k0, int wrow, int g, int t,
+                               float scale_log2) {
+  if (k0 + kBk - 1 > wrow) {
+#pragma unroll
+    for (int n = 0; n < kBk / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (k0 + n * 8 + 2 * t + (e & 1) > wrow + g + 8 * (e >> 1)) s[n][e] = -INFINITY;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < kBk / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+    mx = fmaxf(mx, shfl_xor(mx, 1));
+    mx = fmaxf(mx, shfl_xor(mx, 2));
+    const float m_new = fmaxf(row_max[r], mx * scale_log2);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing seen yet
+    const float alpha = fast_exp2(row_max[r] - m_use);
+    row_max[r] = m_new;
+    row_sum[r] *= alpha;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      acc[n][2 * r] *= alpha;
+      acc[n][2 * r + 1] *= alpha;
+    }
+#pragma unroll
+    for (int n = 0; n < kBk / 8; ++n) {
+      s[n][2 * r] = fast_exp2(fmaf(s[n][2 * r], scale_log2, -m_use));
+      s[n][2 * r + 1] = fast_exp2(fmaf(s[n][2 * r + 1], scale_log2, -m_use));
+      row_sum[r] += s[n][2 * r] + s[n][2 * r + 1];
+    }
+  }
+}
+
 // Forward. blockIdx: bx = b * heads + h, by = q tile slot (the last tiles, with the most keys,
 // run first). Writes o rows and lse for this tile.
 template <int D>
@@ -130,39 +171,7 @@ HP_DEV void fwd_mma_body(const Params& p, int bx, int by, int tid, unsigned char
       }
     }
 
-    // Online softmax in the exp2 domain (scores scaled by scale * log2 e inside the exponent);
-    // only tiles reaching past this warp's first row mask.
-    if (k0 + kBk - 1 > wrow) {
-#pragma unroll
-      for (int n = 0; n < kBk / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (k0 + n * 8 + 2 * t + (e & 1) > wrow + g + 8 * (e >> 1)) s[n][e] = -INFINITY;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int n = 0; n < kBk / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-      mx = fmaxf(mx, shfl_xor(mx, 1));
-      mx = fmaxf(mx, shfl_xor(mx, 2));
-      const float m_new = fmaxf(row_max[r], mx * p.scale_log2);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing seen yet
-      const float alpha = fast_exp2(row_max[r] - m_use);
-      row_max[r] = m_new;
-      row_sum[r] *= alpha;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        acc[n][2 * r] *= alpha;
-        acc[n][2 * r + 1] *= alpha;
-      }
-#pragma unroll
-      for (int n = 0; n < kBk / 8; ++n) {
-        s[n][2 * r] = fast_exp2(fmaf(s[n][2 * r], p.scale_log2, -m_use));
-        s[n][2 * r + 1] = fast_exp2(fmaf(s[n][2 * r + 1], p.scale_log2, -m_use));
-        row_sum[r] += s[n][2 * r] + s[n][2 * r + 1];
-      }
-    }
+    fwd_online_softmax<D, kBk>(s, acc, row_max, row_sum, k0, wrow, g, t, p.scale_log2);
 
     // O += P V: P from registers, V through ldmatrix.trans.
 #pragma unroll
