@@ -56,7 +56,7 @@ CostModel parallel_costs(const ModelConfig& cfg, int64_t seq_len, int64_t microb
         static_cast<double>(seq_len * microbatch_size * cfg.hidden) * dev.bytes_per_elem();
     const double coll = tp_collective_time(act_bytes, t, dev.intra);
     // Collectives per (part, F/I/W); see parallel.h.
-    const int counts[5][3] = {{0, 0, 0}, {0, 0, 0}, {1, 1, 1}, {3, 3, 1}, {1, 1, 0}};
+    const int counts[5][3] = {{1, 0, 1}, {0, 0, 0}, {1, 1, 1}, {3, 3, 1}, {1, 2, 0}};
     for (PartKind k : {PartKind::kEmbed, PartKind::kPre, PartKind::kAttn, PartKind::kPost,
                        PartKind::kHead}) {
       const Dir dirs[3] = {Dir::kF, Dir::kI, Dir::kW};

@@ -8,8 +8,12 @@
 //    (t-1)/t * T*h*bytes / bandwidth + (t-1) * latency:
 //      attn F 1 (gather A before QKV), post F 3 (scatter after W_o, gather before the MLP,
 //      scatter after W_down); the same counts in I (transposed collectives); W re-gathers its
-//      input, 1 for attn and 1 for post; head F and I 1 each (gather before the LM head); attention's
-//      own QKV recompute under no-attn 1.
+//      input, 1 for attn and 1 for post; the vocabulary-parallel embedding F 1 (scatter of the
+//      slices' lookups) and W 1 (gather of dX); the head F 1 (gather Zf; the loss statistics'
+//      gather is 2/h of that and not counted) and I 2 (gather Zf, scatter dZf); attention's own
+//      QKV recompute under no-attn 1. B = I + W is then what the runtime does in a fused backward
+//      (src/model/parts.cc: attn 2, post 4, head 2, embed 1); a split W pass there re-gathers
+//      more (post 3, head 1), which these counts leave out (docs/tensor-parallel.md).
 //  - PP: the schedule, simulated as usual, with message bytes / t (each TP rank sends its shard over
 //    its own link at the same time) and the stages of a node = gpus_per_node / (t*d); inter-node
 //    messages of a stage share its network port (SimOptions::shared_nic).

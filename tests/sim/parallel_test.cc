@@ -65,6 +65,11 @@ TEST(Parallel, TensorParallelDividesComputeAndAddsSequenceParallelCollectives) {
     EXPECT_NEAR(c.part_time(PartKind::kPost, Dir::kI), base.part_time(PartKind::kPost, Dir::kI) / t + 3 * coll, 1e-12);
     EXPECT_NEAR(c.part_time(PartKind::kPost, Dir::kW), base.part_time(PartKind::kPost, Dir::kW) / t + coll, 1e-12);
     EXPECT_NEAR(c.part_time(PartKind::kHead, Dir::kW), base.part_time(PartKind::kHead, Dir::kW) / t, 1e-15);
+    // Vocabulary-parallel embedding and head: the runtime's collectives (src/model/parts.cc).
+    EXPECT_NEAR(c.part_time(PartKind::kEmbed, Dir::kF), base.part_time(PartKind::kEmbed, Dir::kF) / t + coll, 1e-12);
+    EXPECT_NEAR(c.part_time(PartKind::kEmbed, Dir::kW), base.part_time(PartKind::kEmbed, Dir::kW) / t + coll, 1e-12);
+    EXPECT_NEAR(c.part_time(PartKind::kHead, Dir::kF), base.part_time(PartKind::kHead, Dir::kF) / t + coll, 1e-12);
+    EXPECT_NEAR(c.part_time(PartKind::kHead, Dir::kI), base.part_time(PartKind::kHead, Dir::kI) / t + 2 * coll, 1e-12);
     EXPECT_NEAR(c.attn_recompute_time(), base.attn_recompute_time() / t + coll, 1e-12);
     // FLOPs per GPU fall by t: one op's model FLOPs.
     ComputeOp op;
