@@ -29,7 +29,7 @@ asan_targets=(test_util test_schedule test_sim test_kernels test_model test_data
               helixpipe)
 # The tests that run pipeline ranks as threads (LocalWorld) and the comm they talk through.
 tsan_targets=(test_comm test_runtime)
-tsan_filter='LocalComm.*:Executor.*:Grid/ExecutorRun.*:DistTrainerTest.*:TimelineGather.*:TensorParallelTest.*'
+tsan_filter='LocalComm.*:Executor.*:Grid/ExecutorRun.*:DistTrainerTest.*:TimelineGather.*:TensorParallelTest.*:PipelineBench.*'
 
 configure() {  # folder, sanitizers
   [ -f "$1/build.ninja" ] && return
