@@ -46,17 +46,30 @@ for k in "${kinds[@]}"; do
   if [ "$k" = asan ]; then
     configure build-asan address,undefined
     "${nice[@]}" cmake --build build-asan -j "$jobs" --target "${asan_targets[@]}"
-    # halt_on_error: a report fails the test even where the program would go on.
-    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-    base=check_initialization_order=1:strict_init_order=1:halt_on_error=1
+    # halt_on_error: a report fails the test even where the program would go on. ASan's and
+    # LeakSanitizer's reports go to files (one per process), so that one from a helixpipe that a
+    # CLI test starts, expecting it to fail, cannot pass unseen: any file there fails the run.
+    # (UBSan's still go to standard error, where the CLI tests' harnesses look for them.)
+    reports=$PWD/build-asan/sanitizer-reports
+    rm -rf "$reports" && mkdir -p "$reports"
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$reports/report
+    base=check_initialization_order=1:strict_init_order=1:halt_on_error=1:log_path=$reports/report
+    failed=0
     (cd build-asan &&
       # In-process tests with leak checking. Unbuilt targets register *_NOT_BUILT placeholders.
       ASAN_OPTIONS=$base:detect_leaks=1 "${nice[@]}" ctest --output-on-failure -j "$jobs" \
-        -LE mpi -E '_NOT_BUILT|^DistCliTest\.' &&
+        -LE mpi -E '_NOT_BUILT|^DistCliTest\.') || failed=1
+    (cd build-asan &&
       # Under mpirun, without leak checking: Open MPI keeps allocations until exit in components
       # it unloads first, so LeakSanitizer reports them with no stack it could name or suppress.
       ASAN_OPTIONS=$base:detect_leaks=0 "${nice[@]}" ctest --output-on-failure -j "$jobs" \
-        -R '^DistCliTest\.|^comm_mpi|^runtime_mpi' -E '_NOT_BUILT')
+        -R '^DistCliTest\.|^comm_mpi|^runtime_mpi' -E '_NOT_BUILT') || failed=1
+    if [ -n "$(ls -A "$reports")" ]; then
+      for f in "$reports"/*; do echo "== $f"; head -n 40 "$f"; done
+      echo "sanitize: asan: sanitizer reports in $reports" >&2
+      failed=1
+    fi
+    [ "$failed" = 0 ] || { echo "sanitize: asan: FAILED" >&2; exit 1; }
   else
     configure build-tsan thread
     "${nice[@]}" cmake --build build-tsan -j "$jobs" --target "${tsan_targets[@]}"
