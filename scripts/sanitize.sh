@@ -15,7 +15,10 @@ cd "$(dirname "$0")/.."
 kinds=("$@")
 [ ${#kinds[@]} -eq 0 ] && kinds=(asan tsan)
 for k in "${kinds[@]}"; do
-  case "$k" in asan | tsan) ;; *) echo "sanitize: unknown run '$k' (runs: asan tsan)" >&2; exit 2 ;; esac
+  case "$k" in
+    asan | tsan) ;;
+    *) echo "sanitize: unknown run '$k' (runs: asan tsan)" >&2; exit 2 ;;
+  esac
 done
 jobs=${HP_SAN_JOBS:-$(nproc)}
 nice=()
@@ -29,7 +32,8 @@ asan_targets=(test_util test_schedule test_sim test_kernels test_model test_data
               helixpipe)
 # The tests that run pipeline ranks as threads (LocalWorld) and the comm they talk through.
 tsan_targets=(test_comm test_runtime)
-tsan_filter='LocalComm.*:Executor.*:Grid/ExecutorRun.*:DistTrainerTest.*:TimelineGather.*:TensorParallelTest.*:PipelineBench.*'
+tsan_filter='LocalComm.*:Executor.*:Grid/ExecutorRun.*:DistTrainerTest.*:TimelineGather.*'
+tsan_filter+=':TensorParallelTest.*:PipelineBench.*'
 
 configure() {  # folder, sanitizers
   [ -f "$1/build.ninja" ] && return
