@@ -26,6 +26,7 @@
 #include "runtime/model_io.h"
 #include "util/atomic_file.h"
 #include "util/rng.h"
+#include "run_cli.h"
 
 namespace hp {
 namespace {
@@ -47,6 +48,7 @@ CmdResult helixpipe(const std::string& args) {
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
   const int status = ::pclose(p);
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  test::expect_no_sanitizer_report(r.out);
   return r;
 }
 

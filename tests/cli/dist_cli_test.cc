@@ -25,6 +25,7 @@
 #include "kernels/backend.h"
 #include "util/atomic_file.h"
 #include "util/rng.h"
+#include "run_cli.h"
 
 namespace hp {
 namespace {
@@ -50,6 +51,7 @@ RunResult run(int ranks, const std::string& args, int timeout_s = 120, const std
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
   const int status = ::pclose(p);
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  test::expect_no_sanitizer_report(r.out);
   return r;
 }
 

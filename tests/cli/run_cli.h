@@ -19,6 +19,19 @@ struct CliResult {
   std::string err;  // standard error
 };
 
+// Fails the current test when `output` (a helixpipe run's) holds a sanitizer's report. Under
+// scripts/sanitize.sh a run that a test expects to fail could otherwise fail through the report
+// and pass unseen; in other builds these texts never appear.
+inline void expect_no_sanitizer_report(const std::string& output) {
+  for (const char* mark : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", ": runtime error: ",
+                           "WARNING: ThreadSanitizer"}) {
+    if (output.find(mark) != std::string::npos) {
+      ADD_FAILURE() << "helixpipe printed a sanitizer report (" << mark << "):\n" << output;
+      return;
+    }
+  }
+}
+
 inline std::string cli_source_dir() { return HP_SOURCE_DIR; }
 inline std::string cli_binary() { return std::string(HP_BINARY_DIR) + "/helixpipe"; }
 
@@ -42,6 +55,7 @@ inline CliResult run_cli(const std::string& args) {
   ss << in.rdbuf();
   r.err = ss.str();
   std::remove(err_path.c_str());
+  expect_no_sanitizer_report(r.err);
   return r;
 }
 

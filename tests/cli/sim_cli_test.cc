@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include "run_cli.h"
+
 namespace {
 
 struct Ran {
@@ -28,6 +30,7 @@ Ran helixpipe(const std::string& args) {
   while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.out.append(buf, n);
   int st = pclose(f);
   r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  hp::test::expect_no_sanitizer_report(r.out);
   return r;
 }
 
