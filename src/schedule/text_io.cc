@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <map>
 #include <optional>
@@ -66,9 +67,23 @@ Part parse_part(std::string_view t, std::optional<int> layers) {
   return p;
 }
 
+// A name the text form can carry as one token: no blanks (they split it), no '#' (it starts a
+// comment), nothing unprintable.
+bool writable_name(std::string_view n) {
+  if (n.empty() || n.size() > 64) return false;
+  return std::all_of(n.begin(), n.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("._:+=-").find(c) !=
+                                                               std::string_view::npos;
+  });
+}
+
 Schedule assemble(Draft& d, const std::string& where) {
   Schedule s;
   s.name = d.name.value_or("custom");
+  HP_CHECK(writable_name(s.name),
+           "{}: schedule name '{}' is not usable: use 1 to 64 letters, digits or . _ : + = - "
+           "(no blanks or '#': the text form could not hold it)",
+           where, s.name);
   const int found_stages = static_cast<int>(d.ops.size());
   HP_CHECK(found_stages > 0 || d.stages.value_or(0) > 0,
            "{}: the schedule lists no stages (add 'stage 0' followed by its ops)", where);

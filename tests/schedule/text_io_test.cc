@@ -167,6 +167,18 @@ TEST(TextIo, JsonErrorsNameThePath) {
             "s.json: stages[0]: \"stage\" must be 0 (stages are listed in order from 0)");
   EXPECT_EQ(err(R"({"version":3,"stages":[]})"),
             "s.json: this file is schedule format version 3; this helixpipe reads version 1");
+  // Found by fuzzing: a name the text form cannot hold ('#' starts a comment there) was accepted,
+  // and writing the schedule as text lost it.
+  const char* ops = R"("stages":[{"stage":0,"ops":[{"dir":"F","mb":0,"parts":["embed"]}]}]})";
+  for (const std::string bad : {"#ustom", "my schedule", "", "a\\nb"}) {
+    const std::string json = R"({"schedule":")" + bad + "\"," + ops;
+    const std::string name = nlohmann::json::parse("\"" + bad + "\"").get<std::string>();
+    EXPECT_EQ(err(json.c_str()), "s.json: schedule name '" + name +
+                                     "' is not usable: use 1 to 64 letters, digits or . _ : + = - "
+                                     "(no blanks or '#': the text form could not hold it)")
+        << bad;
+  }
+  EXPECT_EQ(err((std::string(R"({"schedule":"helix-v2.1",)") + ops).c_str()), "(no error)");
 }
 
 TEST(TextIo, HeadersThatContradictTheOpsAreRefused) {
