@@ -55,7 +55,8 @@ void check_against_model(ModelConfig cfg, int64_t seq) {
   }
 }
 
-TEST(IncrementalDecoder, MatchesForwardLogitsGqaUntied) {
+// Grouped-query attention (4 heads over 2 key/value heads), untied, small enough for exact checks.
+ModelConfig gqa_untied_config() {
   ModelConfig c;
   c.hidden = 32;
   c.intermediate = 40;
@@ -63,7 +64,11 @@ TEST(IncrementalDecoder, MatchesForwardLogitsGqaUntied) {
   c.kv_heads = 2;
   c.layers = 2;
   c.vocab = 50;
-  check_against_model(c, 37);
+  return c;
+}
+
+TEST(IncrementalDecoder, MatchesForwardLogitsGqaUntied) {
+  check_against_model(gqa_untied_config(), 37);
 }
 
 TEST(IncrementalDecoder, MatchesForwardLogitsTiedMqa) {
@@ -90,13 +95,7 @@ namespace {
 // L starting at the prompt (up to 8), growing by one per call, and restarting at 4 (half the
 // window) once it reached 8. Each call's logits match Model's forward pass over that window.
 TEST(TextContinuation, WindowsOfTheCacheAndOfTheForwardPass) {
-  ModelConfig cfg;
-  cfg.hidden = 32;
-  cfg.intermediate = 40;
-  cfg.heads = 4;
-  cfg.kv_heads = 2;
-  cfg.layers = 2;
-  cfg.vocab = 50;
+  const ModelConfig cfg = gqa_untied_config();
   auto be = make_cpu_backend(1);
   Params params(cfg, Params::all_parts(cfg), *be);
   params.init(3);
