@@ -162,7 +162,7 @@ int cmd_bench(int argc, char** argv) {
                "helixpipe bench"};
   BenchRequest f;
   CLI::Option* stages_opt = add_bench_flags(app, f);
-  if (auto rc = parse_or_exit(app, argc, argv)) return *rc;
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
 
   std::unique_ptr<MpiComm> world;
   if (MpiComm::launched_by_mpirun()) {

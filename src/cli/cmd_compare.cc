@@ -39,7 +39,7 @@ int cmd_compare(int argc, char** argv) {
   add_cost_flags(app, costf);
   add_layout_flags(app, costf);
   add_format_flag(app, format);
-  if (auto rc = parse_or_exit(app, argc, argv)) return *rc;
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
   HP_CHECK(shape.folds == 1 && shape.virtual_stages == 1,
            "compare runs helix with F=1 and F=2 and interleaved with V=2 itself; leave out --folds "
            "and --virtual");

@@ -26,17 +26,17 @@ int cmd_plan(int argc, char** argv) {
   int gpus = 0, top = 10, global_batch = 0;
   double memory_gib = 0;
   app.add_option("--model", model, "model preset or JSON file")->required();
-  app.add_option("--seq-len", seq, "sequence length in tokens")->required()->check(CLI::PositiveNumber);
-  app.add_option("--gpus", gpus, "GPUs in all")->required()->check(CLI::PositiveNumber);
+  app.add_option("--seq-len", seq, "sequence length in tokens")->required()->check(positive());
+  app.add_option("--gpus", gpus, "GPUs in all")->required()->check(positive());
   app.add_option("--device", device, "device profile: h20, a800, h100, h200, cpu, or a JSON file")
       ->required();
   app.add_option("--memory", memory_gib, "usable GiB per GPU (default: the device's memory)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   app.add_option("--global-batch", global_batch, "sequences per iteration (fixes m = batch / DP)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--top", top, "how many configurations to list (default 10)")->check(CLI::PositiveNumber);
+      ->check(positive());
+  app.add_option("--top", top, "how many configurations to list (default 10)")->check(positive());
   add_format_flag(app, format);
-  if (auto rc = parse_or_exit(app, argc, argv)) return *rc;
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
 
   const ModelConfig cfg = ModelConfig::load(model);
   const DeviceProfile dev = device_profile(device);

@@ -68,7 +68,7 @@ int cmd_profile(int argc, char** argv) {
                  "also time one whole single-process step with this many micro-batches (all of\n"
                  "the model's layers) and compare it with the sum of the part costs (P = 1 check)");
   add_format_flag(app, format);
-  if (auto rc = parse_or_exit(app, argc, argv)) return *rc;
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
   opt.transfer = parse_transfer(transfer);
   if (!out_path.empty()) check_output_file("--out", out_path);
   opt.precision = resolve_precision(precision, *make_cpu_backend(1));

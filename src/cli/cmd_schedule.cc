@@ -29,14 +29,14 @@ int cmd_schedule(int argc, char** argv) {
                  "trace simulate with one time unit per layer part and direction (embed and "
                  "head free) and free links")
       ->capture_default_str()
-      ->check(CLI::IsMember({"text", "json", "svg", "trace", "lowered"}));
+      ->check(one_of({"text", "json", "svg", "trace", "lowered"}));
   std::string model;
   int64_t seq_len = 4096;
   app.add_option("--model", model,
                  "model config (JSON file or preset) to size messages with --format=lowered");
   app.add_option("--seq-len", seq_len, "tokens per micro-batch for message sizes (with --model)")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+      ->check(in_range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--out", out, "write to FILE instead of standard output");
   app.footer(
       "Examples:\n"
@@ -49,7 +49,7 @@ int cmd_schedule(int argc, char** argv) {
       "Schedules: gpipe, 1f1b, interleaved (needs --virtual >= 2), zb1p, helix (--folds 1 or 2).\n"
       "File formats: docs/formats/schedule.md. Check a file with 'helixpipe validate FILE'.\n");
   // Help: exit 0; a bad flag: what is wrong and the valid values, exit 2.
-  if (auto rc = parse_or_exit(app, argc, argv)) return *rc;
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
   Schedule s = generate(schedule_spec(flags));
   std::string text;
   if (format == "text") {

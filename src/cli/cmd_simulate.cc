@@ -70,7 +70,7 @@ int cmd_simulate(int argc, char** argv) {
   add_format_flag(app, format);
   app.add_option("--timeline", timeline, "write an SVG timeline (stages as rows) to this file");
   app.add_option("--trace", trace, "write a Chrome trace JSON (opens in Perfetto) to this file");
-  if (auto rc = parse_or_exit(app, argc, argv)) return *rc;
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
 
   CostSetup c = build_cost(costf);
   ScheduleSpec spec;

@@ -61,16 +61,16 @@ int cmd_sweep(int argc, char** argv) {
   app.add_option("--seq-lens", seq_text, "sequence lengths, comma-separated (k = 1024)");
   app.add_option("--gpus", gpu_text, "GPU counts, comma-separated");
   app.add_option("--global-batch", global_batch, "sequences per iteration (default 32)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   app.add_option("--memory", memory_gib, "usable GiB per GPU (default: the device's memory)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   app.add_option("--tp", want_tp, "only layouts with this TP degree (default: any)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   app.add_option("--pp", want_pp, "only layouts with this PP degree (default: any >= 2)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   add_format_flag(app, format);
   app.add_option("--out", out, "also write the JSON result to this file");
-  if (auto rc = parse_or_exit(app, argc, argv)) return *rc;
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
 
   const ModelConfig cfg = ModelConfig::load(model);
   const DeviceProfile dev = device_profile(device);

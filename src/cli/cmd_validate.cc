@@ -26,17 +26,17 @@ int cmd_validate(int argc, char** argv) {
                  "model config (JSON file or preset name) to size messages and the stash in bytes");
   app.add_option("--seq-len", seq_len, "sequence length s (with --model)")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  app.add_option("--micro-batch-size", mbs, "sequences per micro-batch b (with --model)")
+      ->check(in_range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--microbatch-size", mbs, "sequences per micro-batch b (with --model)")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+      ->check(in_range(int64_t{1}, int64_t{1} << 16));
   app.add_option("--tensor-parallel", tp,
                  "tensor-parallel ranks T per stage (with --model): also give the stash and "
                  "message bytes of one rank of a group (docs/tensor-parallel.md)")
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(in_range(1, 1 << 16));
   app.add_option("--format", format, "report as text or json")
       ->capture_default_str()
-      ->check(CLI::IsMember({"text", "json"}));
+      ->check(one_of({"text", "json"}));
   app.footer(
       "Examples:\n"
       "  helixpipe schedule --schedule=helix --stages=4 --microbatches=8 --layers=4 --folds=2 "
@@ -46,7 +46,7 @@ int cmd_validate(int argc, char** argv) {
       "  helixpipe validate my_schedule.json --format=json\n"
       "Exit status: 0 valid, 1 invalid or unreadable, 2 bad flags.\n");
   // Help: exit 0; a bad flag: what is wrong and the valid values, exit 2.
-  if (auto rc = parse_or_exit(app, argc, argv)) return *rc;
+  if (auto rc = parse_flags(app, argc, argv)) return *rc;
   const Schedule s = load_schedule(file);
   ModelConfig cfg;
   ValidateOptions opt;

@@ -3,8 +3,10 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "util/error.h"
 
 namespace {
@@ -24,7 +26,7 @@ constexpr Command kCommands[] = {
     {"plan", hp::cli::cmd_plan, "rank the configurations that fit: schedule, layout, M, recompute"},
     {"init", hp::cli::cmd_init, "write a freshly initialized model (safetensors + config.json)"},
     {"tokenize", hp::cli::cmd_tokenize, "turn a text file into a token file"},
-    {"train", hp::cli::cmd_train, "train a model (single process, or pipelined under mpirun)"},
+    {"train", hp::cli::cmd_train, "train a model (one process, or pipelined over ranks)"},
     {"grad", hp::cli::cmd_grad, "loss and gradients of a checkpoint on fixed data"},
     {"eval", hp::cli::cmd_eval, "loss and perplexity of a checkpoint on a data file"},
     {"generate", hp::cli::cmd_generate, "sample text from a checkpoint"},
@@ -35,9 +37,11 @@ constexpr Command kCommands[] = {
 void usage(std::FILE* out) {
   std::fprintf(out,
                "helixpipe: pipeline-parallel training of long-sequence transformers (HelixPipe)\n\n"
-               "usage: helixpipe <command> [flags]    (helixpipe <command> --help for details)\n\n"
+               "usage: helixpipe <command> [flags]    (helixpipe <command> --help for details)\n"
+               "       helixpipe --version\n\n"
                "commands:\n");
   for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+  std::fprintf(out, "\nFlag rules and exit codes: docs/cli.md\n");
 }
 
 }  // namespace
@@ -47,6 +51,10 @@ int main(int argc, char** argv) {
       !std::strcmp(argv[1], "help")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "version")) {
+    std::printf("%s\n", hp::cli::version_text().c_str());
+    return 0;
   }
   for (const Command& c : kCommands) {
     if (std::strcmp(argv[1], c.name) != 0) continue;
@@ -59,6 +67,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "helixpipe %s: internal error: %s\n", c.name, e.what());
       return 3;
     }
+  }
+  std::vector<std::string> names;
+  for (const Command& c : kCommands) names.emplace_back(c.name);
+  const std::string near = hp::cli::nearest_name(argv[1], names);
+  if (!near.empty()) {
+    std::fprintf(stderr, "helixpipe: unknown command '%s' (did you mean %s?)\n", argv[1],
+                 near.c_str());
+    return 2;
   }
   std::fprintf(stderr, "helixpipe: unknown command '%s'\n\n", argv[1]);
   usage(stderr);

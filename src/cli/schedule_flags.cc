@@ -1,32 +1,34 @@
 // Schedule-shape flags (schedule_flags.h).
 #include "cli/schedule_flags.h"
 
+#include "cli/flags.h"
+
 namespace hp::cli {
 
 void add_schedule_flags(CLI::App& app, ScheduleFlags& f) {
   app.add_option("--schedule", f.name, "pipeline schedule")
       ->required()
-      ->check(CLI::IsMember(schedule_names()));
-  app.add_option("--stages", f.stages, "pipeline stages p")->required()->check(CLI::Range(1, 4096));
+      ->check(one_of(schedule_names()));
+  app.add_option("--stages", f.stages, "pipeline stages p")->required()->check(in_range(1, 4096));
   app.add_option("--microbatches", f.microbatches, "micro-batches per iteration m")
       ->required()
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(in_range(1, 1 << 20));
   app.add_option("--layers", f.layers, "transformer layers L")
       ->required()
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(in_range(1, 1 << 16));
   app.add_option("--folds", f.folds, "HelixPipe folds F (helix only)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
+      ->check(in_range(1, 1024));
   app.add_option("--virtual", f.virtual_stages, "model chunks per stage V (interleaved only)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(in_range(1, 1 << 16));
   app.add_option("--recompute", f.recompute,
                  "activation recomputation (default: no-attn for helix, none otherwise)")
-      ->check(CLI::IsMember({"none", "full", "no-attn"}));
+      ->check(one_of({"none", "full", "no-attn"}));
   app.add_option("--transfer", f.transfer,
                  "how attention away from pre:l gets W_qkv: ship the weights or the activations")
       ->capture_default_str()
-      ->check(CLI::IsMember({"weights", "activations"}));
+      ->check(one_of({"weights", "activations"}));
 }
 
 ScheduleSpec schedule_spec(const ScheduleFlags& f) {

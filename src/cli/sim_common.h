@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/flags.h"
 #include "sim/sim_setup.h"
 #include "util/human_units.h"
 
@@ -34,9 +35,5 @@ void add_cost_flags(CLI::App& app, CostSpec& f);
 void add_layout_flags(CLI::App& app, CostSpec& f);
 // Adds --format=text|json.
 void add_format_flag(CLI::App& app, std::string& format);
-
-// Parses argv with CLI11; returns an exit code to return now (help printed: 0; bad flag: 2) or
-// nullopt to go on. The error text names the flag and what is valid.
-std::optional<int> parse_or_exit(CLI::App& app, int argc, char** argv);
 
 }  // namespace hp::cli

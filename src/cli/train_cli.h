@@ -9,13 +9,10 @@
 #include <set>
 #include <string>
 
+#include "cli/flags.h"
 #include "runtime/train_setup.h"
 
 namespace hp::cli {
-
-// Parses argv into `app`. Returns an exit code when the command should stop now (0 after --help,
-// 2 with a message on stderr for a bad flag), nullopt to go on.
-std::optional<int> parse_flags(CLI::App& app, int argc, char** argv);
 
 // Adds train's flags (runtime/train_setup.h TrainRequest) to `app`.
 void add_train_flags(CLI::App& app, TrainRequest& f);
@@ -25,10 +22,10 @@ std::set<std::string> given_flags(const CLI::App& app);
 
 // Adds --data-format (auto | text | hptokens | llmc | nanogpt | megatron) into `value`; train, grad
 // and eval share it.
-void add_data_format_flag(CLI::App& app, std::string& value);
+CLI::Option* add_data_format_flag(CLI::App& app, std::string& value);
 
 // Adds --precision (fp32 | bf16 | auto) into `value`; train, grad, eval and bench share it.
-void add_precision_flag(CLI::App& app, std::string& value);
+CLI::Option* add_precision_flag(CLI::App& app, std::string& value);
 
 void add_grad_flags(CLI::App& app, GradRequest& f);
 

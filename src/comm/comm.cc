@@ -267,4 +267,40 @@ GridComms split_grid(Comm& world, int data_parallel, int pipeline, int tensor_pa
   return g;
 }
 
+void run_then_agree(Comm& comm, const std::function<void()>& local) {
+  std::string message;
+  bool failed = false;
+  try {
+    local();
+  } catch (const std::exception& e) {
+    failed = true;
+    message = e.what();
+  }
+  // Round 1: which ranks failed. Round 2: the lowest one's message, one byte per double (a sum
+  // where only that rank adds anything, so it arrives exactly).
+  const int n = comm.size();
+  std::vector<double> flags(static_cast<size_t>(n), 0.0);
+  if (failed) flags[static_cast<size_t>(comm.rank())] = 1.0;
+  comm.allreduce_sum(flags.data(), n);
+  int first = -1, count = 0;
+  for (int r = 0; r < n; ++r) {
+    if (flags[static_cast<size_t>(r)] == 0.0) continue;
+    if (first < 0) first = r;
+    ++count;
+  }
+  if (first < 0) return;
+  std::vector<double> text(kAgreedMessageBytes, 0.0);
+  if (comm.rank() == first) {
+    for (size_t i = 0; i < message.size() && i < text.size(); ++i)
+      text[i] = static_cast<unsigned char>(message[i]);
+  }
+  comm.allreduce_sum(text.data(), kAgreedMessageBytes);
+  std::string agreed;
+  for (double c : text) {
+    if (c == 0.0) break;
+    agreed.push_back(static_cast<char>(static_cast<unsigned char>(c)));
+  }
+  throw AgreedFailure(first, count, comm.rank() == first, agreed);
+}
+
 }  // namespace hp

@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "util/error.h"
 
 namespace hp {
 
@@ -144,5 +147,28 @@ GridComms split_grid(Comm& world, int data_parallel, int pipeline, int tensor_pa
 
 // The tag for a schedule message id; throws hp::Error if it does not fit the transport's tags.
 int message_tag(const Comm& comm, int message_id);
+
+// A failure that every rank of a comm agreed on (run_then_agree): the lowest rank that failed
+// and its message, the same on every rank. `reporter` is true on that rank only, so a launcher
+// prints the message once.
+class AgreedFailure : public Error {
+ public:
+  AgreedFailure(int failed_rank, int failed_ranks, bool reporter, const std::string& message)
+      : Error(message), failed_rank_(failed_rank), failed_ranks_(failed_ranks), reporter_(reporter) {}
+  int failed_rank() const { return failed_rank_; }    // the lowest failing rank of the comm
+  int failed_ranks() const { return failed_ranks_; }  // how many ranks failed
+  bool reporter() const { return reporter_; }
+
+ private:
+  int failed_rank_, failed_ranks_;
+  bool reporter_;
+};
+
+// Runs `local` (work that sends nothing to other ranks: checking flags, reading files) on this
+// rank, then every rank of `comm` learns whether any rank's `local` threw. If none did, returns
+// normally. Otherwise every rank throws the same AgreedFailure, holding the message of the lowest
+// failing rank (at most kAgreedMessageBytes of it). Collective: every rank must call it.
+void run_then_agree(Comm& comm, const std::function<void()>& local);
+inline constexpr int kAgreedMessageBytes = 2048;
 
 }  // namespace hp

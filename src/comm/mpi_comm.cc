@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <exception>
 
 #include "util/error.h"
@@ -78,8 +79,9 @@ bool MpiComm::launched_by_mpirun() {
 }
 
 void MpiComm::abort_job(const std::string& message, int code) {
-  std::fprintf(stderr, "helixpipe: %s\n", message.c_str());
+  if (!message.empty()) std::fprintf(stderr, "helixpipe: %s\n", message.c_str());
   std::fflush(stderr);
+  std::fflush(stdout);
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
@@ -91,6 +93,13 @@ std::unique_ptr<MpiComm> MpiComm::init_world(int* argc, char*** argv, const Comm
   int init = 0;
   MPI_Initialized(&init);
   HP_CHECK(!init, "MpiComm::init_world called twice (MPI is already initialized)");
+  // A job that ends on an error says why in its own words (docs/cli.md); Open MPI's banner about
+  // MPI_Abort would only repeat it. HP_MPI_VERBOSE=1 keeps the banner (as does setting the MCA
+  // parameter yourself).
+  const char* verbose = std::getenv("HP_MPI_VERBOSE");
+  if ((verbose == nullptr || std::string(verbose) != "1") &&
+      std::getenv("OMPI_MCA_orte_execute_quiet") == nullptr)
+    setenv("OMPI_MCA_orte_execute_quiet", "1", 0);
   int want = options.progress_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
   int got = 0;
   int rc = MPI_Init_thread(argc, argv, want, &got);

@@ -23,7 +23,8 @@ class MpiComm final : public Comm {
                                              const CommOptions& options = {});
   // True when this process was started by mpirun/mpiexec (OpenMPI, PMIx or Hydra environment).
   static bool launched_by_mpirun();
-  // Prints `message` on stderr and ends every rank of the job (usable before/without a comm).
+  // Prints `message` (when not empty) on stderr and ends every rank of the job with exit code
+  // `code` (usable before/without a comm).
   [[noreturn]] static void abort_job(const std::string& message, int code = 3);
 
   ~MpiComm() override;

@@ -7,6 +7,8 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <memory>
+#include <optional>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
@@ -216,6 +218,7 @@ Schedule dist_schedule(const DistLaunchRequest& d, const ModelConfig& cfg, int64
                       static_cast<int>(cfg.layers), d.folds, d.virtual_stages,
                       recompute,  parse_transfer(d.transfer)};
     if (!recompute_given) spec.recompute.reset();
+    spec.layers_from_model = true;
     sch = generate(spec);
     ValidationReport rep = validate(sch, ValidateOptions{&cfg, tokens_per_mb});
     if (!rep.ok()) throw Error("the generated schedule is invalid: " + rep.text(sch));
@@ -230,28 +233,44 @@ Schedule dist_schedule(const DistLaunchRequest& d, const ModelConfig& cfg, int64
 
 void run_dist_training(Comm& world, const TrainRequest& f, const DistLaunchRequest& d) {
   const bool root = world.rank() == 0;
-  TrainPlan plan = resolve_train_request(f);
-  auto be = make_cpu_backend(f.threads);
-  const Precision prec = apply_precision(plan, *be);
+  // What each rank checks and reads on its own, agreed on before the first message: a bad flag,
+  // schedule or data file ends every rank with one message (comm/comm.h run_then_agree).
+  TrainPlan plan;
+  std::unique_ptr<Backend> be;
+  Precision prec;
+  Schedule sch;
+  std::optional<TokenSource> source;
+  std::optional<SequenceReader> reader;
+  run_then_agree(world, [&] {
+    plan = resolve_train_request(f);
+    be = make_cpu_backend(f.threads);
+    prec = apply_precision(plan, *be);
+    sch = dist_schedule(d, plan.cfg, plan.shape.microbatch_size * plan.shape.seq_len,
+                        static_cast<int>(plan.shape.microbatches), plan.shape.recompute,
+                        f.given.count("--recompute") > 0);
+    source.emplace(open_data(f.data, f.data_format, plan.cfg.vocab));
+    reader.emplace(*source, plan.shape.seq_len, plan.cfg.vocab);
+  });
   if (root && !plan.notes.empty()) std::fputs(plan.notes.c_str(), stderr);
   const ModelConfig& cfg = plan.cfg;
   const StepShape& shape = plan.shape;
   const int M = static_cast<int>(shape.microbatches);
-  Schedule sch = dist_schedule(d, cfg, shape.microbatch_size * shape.seq_len, M, shape.recompute,
-                               f.given.count("--recompute") > 0);
   const std::string sched_label = sch.name;
   const int P = sch.num_stages;
-  DistTrainer trainer(world, std::move(sch), d.dp, cfg, *be, shape, plan.model_options, prec,
-                      plan.state, d.tp);
-  if (plan.source) {
-    trainer.load_params(*plan.source);
-  } else {
-    trainer.init_params();
-  }
-  if (plan.resumed && plan.source->optimizer_path)
-    trainer.load_optimizer(*plan.source->optimizer_path);
-  const TokenSource source = open_data(f.data, f.data_format, cfg.vocab);
-  const SequenceReader reader(source, shape.seq_len, cfg.vocab);
+  // The grid's comms are made by every rank alike; the weights each rank reads are agreed on.
+  std::unique_ptr<DistTrainer> trainer_ptr;
+  run_then_agree(world, [&] {
+    trainer_ptr = std::make_unique<DistTrainer>(world, std::move(sch), d.dp, cfg, *be, shape,
+                                                plan.model_options, prec, plan.state, d.tp);
+    if (plan.source) {
+      trainer_ptr->load_params(*plan.source);
+    } else {
+      trainer_ptr->init_params();
+    }
+    if (plan.resumed && plan.source->optimizer_path)
+      trainer_ptr->load_optimizer(*plan.source->optimizer_path);
+  });
+  DistTrainer& trainer = *trainer_ptr;
 
   // Test-only fault injection (docs/executor.md): HP_TEST_KILL_RANK=R:N makes rank R kill
   // itself with SIGKILL when step N starts, so tests can check that the job ends naming it.
@@ -302,38 +321,54 @@ void run_dist_training(Comm& world, const TrainRequest& f, const DistLaunchReque
     if (!d.trace.empty()) write_file_atomic(d.trace, render_chrome_trace(tl));
     if (!d.timeline.empty()) write_file_atomic(d.timeline, render_svg(tl));
   };
-  run_training(trainer, f, plan, source, reader, trainer.global_shape(),
+  run_training(trainer, f, plan, *source, *reader, trainer.global_shape(),
                fmt::format("{} on {} per rank", prec.name(), be->name()), launch);
   world.barrier();
 }
 
 void run_dist_grad(Comm& world, const GradRequest& f, const DistLaunchRequest& d,
                    bool recompute_given) {
-  check_grad_request(f);
-  if (world.rank() == 0) check_output_file("--out", f.out);
-  const CheckpointInfo info = open_checkpoint(f.checkpoint);
-  const ModelConfig cfg = checkpoint_model_config(info);
-  if (f.microbatches % d.dp != 0)
-    throw Error(fmt::format("--microbatches {} must be a multiple of --data-parallel {}",
-                            f.microbatches, d.dp));
-  const int M = static_cast<int>(f.microbatches / d.dp);
   const int64_t B = f.microbatch_size, S = f.seq_len;
-  const Schedule sch = dist_schedule(d, cfg, B * S, M, parse_recompute(f.recompute),
-                                     recompute_given);
-  GridComms grid = split_grid(world, d.dp, sch.num_stages, d.tp);
-  auto be = make_cpu_backend(f.threads);
+  // Checked and read by each rank on its own, agreed on before the first message.
+  std::optional<CheckpointInfo> info;
+  ModelConfig cfg;
+  int M = 0;
+  Schedule sch;
+  std::unique_ptr<Backend> be;
+  Precision prec;
+  std::vector<int32_t> tokens, targets;
+  StepShape shape;
+  run_then_agree(world, [&] {
+    check_grad_request(f);
+    if (world.rank() == 0) check_output_file("--out", f.out);
+    info.emplace(open_checkpoint(f.checkpoint));
+    cfg = checkpoint_model_config(*info);
+    if (f.microbatches % d.dp != 0)
+      throw Error(fmt::format("--microbatches {} must be a multiple of --data-parallel {}",
+                              f.microbatches, d.dp));
+    M = static_cast<int>(f.microbatches / d.dp);
+    sch = dist_schedule(d, cfg, B * S, M, parse_recompute(f.recompute), recompute_given);
+    be = make_cpu_backend(f.threads);
+    prec = resolve_precision(f.precision, *be);
+    const TokenSource source = open_data(f.data, f.data_format, cfg.vocab);
+    const SequenceReader reader(source, S, cfg.vocab);
+    shape.seq_len = S;
+    shape.microbatch_size = B;
+    shape.microbatches = f.microbatches;
+    read_step_batch(reader, 0, shape, /*wrap=*/false, tokens, targets);
+  });
+  // The grid's comms are made by every rank alike; the weights each rank reads are agreed on.
+  std::optional<GridComms> grid_holder;
+  std::unique_ptr<DistStage> stage_ptr;
   ModelOptions mo;
   mo.mlp_chunk = f.mlp_chunk;
-  DistStage stage(sch, grid, cfg, *be, B, S, mo, resolve_precision(f.precision, *be));
-  load_checkpoint_params(info, stage.params());
-  const TokenSource source = open_data(f.data, f.data_format, cfg.vocab);
-  const SequenceReader reader(source, S, cfg.vocab);
-  StepShape shape;
-  shape.seq_len = S;
-  shape.microbatch_size = B;
-  shape.microbatches = f.microbatches;
-  std::vector<int32_t> tokens, targets;
-  read_step_batch(reader, 0, shape, /*wrap=*/false, tokens, targets);
+  run_then_agree(world, [&] {
+    grid_holder.emplace(split_grid(world, d.dp, sch.num_stages, d.tp));
+    stage_ptr = std::make_unique<DistStage>(sch, *grid_holder, cfg, *be, B, S, mo, prec);
+    load_checkpoint_params(*info, stage_ptr->params());
+  });
+  GridComms& grid = *grid_holder;
+  DistStage& stage = *stage_ptr;
   const int64_t off = static_cast<int64_t>(grid.d) * M * B * S;
   DistStepResult r = stage.loss_and_grads(tokens.data() + off, targets.data() + off);
   const bool writer = grid.d == 0 && grid.p == 0 && grid.t == 0;  // world rank 0

@@ -19,6 +19,21 @@ std::string nearest_multiples(int x, int k) {
   return std::to_string(down) + " or " + std::to_string(up);
 }
 
+// The divisors of x, as "1, 2, 4".
+std::string divisors(int x) {
+  std::string out;
+  for (int d = 1; d <= x; ++d)
+    if (x % d == 0) out += (out.empty() ? "" : ", ") + std::to_string(d);
+  return out;
+}
+
+// L as the user gave it: "--layers=4" or "the model's 4 layers (num_hidden_layers)".
+std::string layers_text(const ScheduleSpec& spec) {
+  return spec.layers_from_model
+             ? fmt::format("the model's {} layers (num_hidden_layers)", spec.layers)
+             : fmt::format("--layers={}", spec.layers);
+}
+
 // A stage-local chunk of consecutive parts: layers [first, last] plus embed/head at the ends.
 struct Chunk {
   int first = 1, last = 0;
@@ -310,12 +325,15 @@ Schedule generate(const ScheduleSpec& spec) {
   const Recompute policy = spec.recompute.value_or(default_recompute(spec.name));
   Schedule s = make_header(spec, policy);
 
+  const std::string Ls = layers_text(spec);
   if (spec.name == "helix") {
     HP_CHECK(L % p == 0,
              "helix needs the layer count to be a multiple of the stage count (each stage holds "
-             "L/p parameter chunks): --layers={} is not a multiple of --stages={}; nearest valid "
-             "--layers: {}",
-             L, p, nearest_multiples(L, p));
+             "L/p parameter chunks): {} is not a multiple of --stages={}; {}",
+             Ls, p,
+             spec.layers_from_model
+                 ? fmt::format("stage counts that divide {}: {}", L, divisors(L))
+                 : "nearest valid --layers: " + nearest_multiples(L, p));
     gen_helix(s);
     return s;
   }
@@ -325,9 +343,12 @@ Schedule generate(const ScheduleSpec& spec) {
              "interleaved needs --virtual >= 2 model chunks per stage (with 1 it is plain "
              "--schedule=1f1b)");
     HP_CHECK(L >= p * V,
-             "interleaved needs at least one layer per model chunk: --layers={} < stages*virtual "
-             "= {}*{}; use --layers >= {} or a smaller --virtual",
-             L, p, V, p * V);
+             "interleaved needs at least one layer per model chunk: {} < stages*virtual = {}*{}; "
+             "{}",
+             Ls, p, V,
+             spec.layers_from_model
+                 ? std::string("use fewer --stages or a smaller --virtual")
+                 : fmt::format("use --layers >= {} or a smaller --virtual", p * V));
     HP_CHECK(m % p == 0,
              "interleaved runs micro-batches in rounds of one per stage: --microbatches={} is not "
              "a multiple of --stages={}; nearest valid --microbatches: {}",
@@ -335,9 +356,9 @@ Schedule generate(const ScheduleSpec& spec) {
     gen_interleaved(s);
     return s;
   }
-  HP_CHECK(L >= p,
-           "{} needs at least one layer per stage: --layers={} < --stages={}; use --layers >= {}",
-           spec.name, L, p, p);
+  HP_CHECK(L >= p, "{} needs at least one layer per stage: {} < --stages={}; {}", spec.name, Ls, p,
+           spec.layers_from_model ? fmt::format("use --stages <= {}", L)
+                                  : fmt::format("use --layers >= {}", p));
   if (spec.name == "gpipe") gen_gpipe(s);
   else if (spec.name == "1f1b") gen_1f1b(s, false);
   else gen_1f1b(s, true);

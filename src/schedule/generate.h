@@ -22,6 +22,9 @@ struct ScheduleSpec {
   int virtual_stages = 1; // V (interleaved only; must be >= 2 there)
   std::optional<Recompute> recompute;  // unset: default_recompute(name)
   TransferMode transfer = TransferMode::kWeights;
+  // Where L comes from, for the error messages: the --layers flag (schedule, simulate, ...), or a
+  // model's num_hidden_layers (train and grad), in which case a fix names stage counts instead.
+  bool layers_from_model = false;
 };
 
 // Builds the schedule. Throws hp::Error naming the broken constraint and the nearest valid values.

@@ -604,10 +604,10 @@ TEST_F(CliTest, BadInputsFailWithClearMessages) {
       {"train" + data + " --steps=2", "give exactly one of --model"},
       {"train --model=tiny --checkpoint=" + path("m") + data, "give exactly one of --model"},
       {"train --model=nosuch" + data, "no such file and no such preset"},
-      {"train --model=tiny --seq-len=0" + data, "--seq-len must be >= 1"},
+      {"train --model=tiny --seq-len=0" + data, "--seq-len must be > 0, got 0"},
       {"train --model=tiny --microbatches=abc" + data, "--microbatches"},
       {"train --model=tiny --recompute=some" + data, "some"},
-      {"train --model=tiny --lr=-1" + data, "--lr must be a positive number"},
+      {"train --model=tiny --lr=-1" + data, "--lr must be > 0, got -1"},
       {"train --model=tiny --precision=fp16" + data, "--precision"},
       {"train --model=tiny --log-interval=0" + data, "--log-interval=0 should be"},
       {"train --model=tiny --progress=fancy" + data, "--progress"},
@@ -645,6 +645,97 @@ TEST_F(CliTest, BadInputsFailWithClearMessages) {
     EXPECT_NE(r.rc, 0) << c.args << "\n" << r.out;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
     EXPECT_NE(r.out.find("error"), std::string::npos) << c.args << "\n" << r.out;
+  }
+}
+
+// The rules of docs/cli.md, on every command: --version, an unknown flag with a suggestion and
+// exit code 2, an empty value refused, a flag given twice takes the last value, numbers and
+// choices checked with messages in words.
+TEST_F(CliTest, FlagRulesHoldForEveryCommand) {
+  const CmdResult top = helixpipe("--version");
+  EXPECT_EQ(top.rc, 0) << top.out;
+  EXPECT_EQ(top.out.rfind("helixpipe 0.1.0 (", 0), 0u) << top.out;
+  for (const char* cmd : {"schedule", "validate", "simulate", "compare", "sweep", "plan", "init",
+                          "tokenize", "train", "grad", "eval", "generate", "bench", "profile"}) {
+    SCOPED_TRACE(cmd);
+    const CmdResult v = helixpipe(std::string(cmd) + " --version");
+    EXPECT_EQ(v.rc, 0) << v.out;
+    EXPECT_EQ(v.out, top.out);
+    const CmdResult bad = helixpipe(std::string(cmd) + " --no-such-flag=1");
+    EXPECT_EQ(bad.rc, 2) << bad.out;
+    EXPECT_NE(bad.out.find(fmt::format("helixpipe {}: error: unknown flag --no-such-flag", cmd)),
+              std::string::npos)
+        << bad.out;
+    EXPECT_NE(bad.out.find(fmt::format("(see 'helixpipe {} --help')", cmd)), std::string::npos)
+        << bad.out;
+  }
+  const CmdResult typo_cmd = helixpipe("trian --model=tiny");
+  EXPECT_EQ(typo_cmd.rc, 2);
+  EXPECT_NE(typo_cmd.out.find("unknown command 'trian' (did you mean train?)"), std::string::npos)
+      << typo_cmd.out;
+
+  const std::string data = " --data=" + path("text.txt");
+  struct Case {
+    std::string args, message;
+  };
+  const std::vector<Case> cases = {
+      {"train --model=tiny --lrr=0.1" + data, "unknown flag --lrr (did you mean --lr?)"},
+      {"train --model=tiny --data=", "--data= has an empty value"},
+      {"train --model=tiny --steps=1e3" + data, "--steps takes a whole number, got '1e3'"},
+      {"train --model=tiny --stages=0" + data, "--stages must be > 0, got 0"},
+      {"train --model=tiny --precision=fp61" + data,
+       "--precision must be one of fp32, bf16, auto, got 'fp61' (did you mean fp32?)"},
+      {"train --model=tiny --warmup=-1" + data, "--warmup must be >= 0, got -1"},
+      {"train --model=tiny stray" + data, "stray"},
+      {"schedule --schedule=1f1b --stages=2 --microbatches=2 --layers=2 --format=", "--format"},
+      {"simulate --schedule=1f1b --stages=two --microbatches=2 --layers=2",
+       "--stages takes a whole number, got 'two'"},
+  };
+  for (const Case& c : cases) {
+    const CmdResult r = helixpipe(c.args);
+    EXPECT_EQ(r.rc, 2) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+  }
+
+  // Given twice, the last value counts: two steps are logged, not one.
+  const CmdResult twice = helixpipe("train --model=tiny --seq-len=16 --steps=1 --steps=2 --log=" +
+                                    path("twice.jsonl") + data);
+  ASSERT_EQ(twice.rc, 0) << twice.out;
+  std::ifstream log(path("twice.jsonl"));
+  int lines = 0;
+  for (std::string line; std::getline(log, line);) lines += !line.empty();
+  EXPECT_EQ(lines, 2);
+}
+
+// train --help lists its flags in the groups Model, Data, Optimisation, Parallelism and Output, in
+// that order, each flag in its group, with examples at the end.
+TEST_F(CliTest, TrainHelpGroupsEveryFlag) {
+  const CmdResult h = helixpipe("train --help");
+  ASSERT_EQ(h.rc, 0) << h.out;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> groups = {
+      {"Model:", {"--model", "--checkpoint", "--resume", "--seed", "--precision", "--recompute",
+                  "--mlp-chunk"}},
+      {"Data:", {"--data", "--data-format", "--seq-len", "--microbatch-size", "--microbatches"}},
+      {"Optimisation:", {"--steps", "--stop-after", "--lr", "--warmup", "--min-lr",
+                         "--weight-decay", "--clip"}},
+      {"Parallelism:", {"--threads", "--schedule", "--schedule-file", "--stages", "--folds",
+                        "--virtual", "--data-parallel", "--tensor-parallel", "--transfer",
+                        "--progress-thread"}},
+      {"Output:", {"--save", "--save-every", "--log", "--loss-svg", "--progress", "--log-interval",
+                   "--peak-gflops", "--trace", "--timeline"}},
+  };
+  size_t prev = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const size_t at = h.out.find("\n" + groups[g].first + "\n");
+    ASSERT_NE(at, std::string::npos) << groups[g].first << "\n" << h.out;
+    EXPECT_GT(at, prev) << groups[g].first;
+    const size_t end = g + 1 < groups.size() ? h.out.find("\n" + groups[g + 1].first + "\n")
+                                             : h.out.find("Examples:");
+    ASSERT_NE(end, std::string::npos) << h.out;
+    const std::string body = h.out.substr(at, end - at);
+    for (const std::string& flag : groups[g].second)
+      EXPECT_NE(body.find("  " + flag + " "), std::string::npos) << flag << " in " << body;
+    prev = at;
   }
 }
 

@@ -284,6 +284,47 @@ TEST_F(DistCliTest, SaveAndResumeWithAnotherPipelineDepth) {
   }
 }
 
+// Without mpirun, the pipeline flags run the ranks as threads of this one process (docs/cli.md):
+// the same gradients as the single-process run, and as the MPI ranks give (above).
+TEST_F(DistCliTest, GradOnInProcessRanksEqualsSingleProcess) {
+  ASSERT_EQ(run(0, "init --model=" + path("cfg.json") + " --seed=5 --out=" + path("m")).rc, 0);
+  expect_pipelined_grad("", "",
+                        {{0, "--schedule=1f1b --stages=4", true},
+                         {0, "--schedule=helix --stages=2 --folds=2 --data-parallel=2", false}});
+}
+
+// A configuration error found on every rank is printed once, in helixpipe's words, with exit code
+// 1: not once per rank and without Open MPI's MPI_ABORT banner; the same with in-process ranks.
+TEST_F(DistCliTest, ConfigErrorOnEveryRankIsPrintedOnce) {
+  const std::string args = fmt::format(
+      "train --model={} --data={} --seq-len=24 --microbatches=4 --steps=2 --threads=1 "
+      "--schedule=helix",
+      path("cfg.json"), path("text.txt"));
+  const std::string says =
+      "the model's 4 layers (num_hidden_layers) is not a multiple of --stages=3; stage counts "
+      "that divide 4: 1, 2, 4";
+  for (const auto& [ranks, extra] : {std::pair{3, std::string()}, std::pair{0, std::string(" --stages=3")}}) {
+    SCOPED_TRACE(ranks);
+    const RunResult r = run(ranks, args + extra, 90);
+    EXPECT_EQ(r.rc, 1) << r.out;
+    const size_t first = r.out.find(says);
+    ASSERT_NE(first, std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find(says, first + 1), std::string::npos) << "printed more than once:\n" << r.out;
+    EXPECT_NE(r.out.find("helixpipe train: error: helix needs"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("MPI_ABORT"), std::string::npos) << r.out;
+  }
+  // Missing data: the error names the file once.
+  const RunResult miss = run(2, fmt::format("train --model={} --data={} --seq-len=24 --steps=2 "
+                                            "--threads=1",
+                                            path("cfg.json"), path("nothing.txt")),
+                             90);
+  EXPECT_EQ(miss.rc, 1) << miss.out;
+  const size_t at = miss.out.find("nothing.txt");
+  ASSERT_NE(at, std::string::npos) << miss.out;
+  EXPECT_EQ(miss.out.find("nothing.txt", at + 1), std::string::npos) << miss.out;
+  EXPECT_EQ(miss.out.find("MPI_ABORT"), std::string::npos) << miss.out;
+}
+
 TEST_F(DistCliTest, KilledRankEndsTheJobNamingIt) {
   // HP_TEST_KILL_RANK=1:3: rank 1 raises SIGKILL when step 3 starts (test-only hook).
   const RunResult r = run(2,

@@ -258,7 +258,7 @@ TEST(SimulateCli, BadInputSaysWhatIsWrong) {
   };
   const Case cases[] = {
       {"simulate --schedule=zigzag --stages=2 --microbatches=2 --layers=2 --part-costs=" + costs,
-       "gpipe,1f1b,interleaved,zb1p,helix", 2},
+       "--schedule must be one of gpipe, 1f1b, interleaved, zb1p, helix, got 'zigzag'", 2},
       {"simulate --schedule=1f1b --stages=2 --microbatches=2 --layers=2", "no cost source", 1},
       {"simulate --schedule=1f1b --stages=2 --microbatches=2 --layers=2 --part-costs=" + costs +
            " --device=h20",
@@ -288,7 +288,7 @@ TEST(SimulateCli, BadInputSaysWhatIsWrong) {
        "--format", 2},
       {"simulate --schedule=1f1b --stages=2 --microbatches=2 --layers=2 --recompute=some --part-costs=" +
            costs,
-       "none,full,no-attn", 2},
+       "--recompute must be one of none, full, no-attn, got 'some'", 2},
       {"simulate --schedule=helix --stages=3 --microbatches=3 --layers=4 --part-costs=" + costs,
        "nearest valid --layers", 1},
       {"simulate --schedule=1f1b --stages=2 --microbatches=2 --frobnicate", "--frobnicate", 2},
