@@ -170,6 +170,8 @@ class Bf16GemmTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!cpu::Bf16Gemm::available()) GTEST_SKIP() << "built without oneDNN (libdnnl-dev)";
+    // oneDNN has bf16 GEMM primitives only on CPUs with bf16 instructions.
+    if (!cpu::cpu_has_avx512bf16()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
   }
 };
 
