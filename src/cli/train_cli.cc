@@ -5,6 +5,28 @@
 
 namespace hp::cli {
 
+namespace {
+
+CLI::Option* add_threads_flag(CLI::App& app, int& threads) {
+  return app.add_option("--threads", threads,
+                        "compute threads per rank (default 0: OMP_NUM_THREADS or the cores, shared "
+                        "among in-process ranks)")
+      ->check(at_least(0));
+}
+
+// --recompute and --mlp-chunk, in `group`.
+void add_compute_flags(CLI::App& app, std::string& recompute, int64_t& mlp_chunk,
+                       const std::string& group) {
+  app.add_option("--recompute", recompute, "activation recomputation: none, full or no-attn")
+      ->check(one_of({"none", "full", "no-attn"}))
+      ->group(group);
+  app.add_option("--mlp-chunk", mlp_chunk, "run the MLP over chunks of this many tokens (0: whole)")
+      ->check(at_least(0))
+      ->group(group);
+}
+
+}  // namespace
+
 std::set<std::string> given_flags(const CLI::App& app) {
   std::set<std::string> out;
   for (const CLI::Option* o : app.get_options())
@@ -28,12 +50,7 @@ void add_train_flags(CLI::App& app, TrainRequest& f) {
       ->group(model);
   app.add_option("--seed", f.seed, "initialization seed for --model (default 1234)")->group(model);
   add_precision_flag(app, f.precision)->group(model);
-  app.add_option("--recompute", f.recompute, "activation recomputation: none, full or no-attn")
-      ->check(one_of({"none", "full", "no-attn"}))
-      ->group(model);
-  app.add_option("--mlp-chunk", f.mlp_chunk, "run the MLP over chunks of this many tokens (0: whole)")
-      ->check(at_least(0))
-      ->group(model);
+  add_compute_flags(app, f.recompute, f.mlp_chunk, model);
 
   app.add_option("--data", f.data, "training data: a text file (one token per byte), a token "
                                    "file from 'helixpipe tokenize', an llm.c shard, a nanoGPT "
@@ -76,11 +93,7 @@ void add_train_flags(CLI::App& app, TrainRequest& f) {
       ->check(at_least(0))
       ->group(opt);
 
-  app.add_option("--threads", f.threads,
-                 "compute threads per rank (default 0: OMP_NUM_THREADS or the cores, shared among "
-                 "in-process ranks)")
-      ->check(at_least(0))
-      ->group(par);
+  add_threads_flag(app, f.threads)->group(par);
 
   app.add_option("--save", f.save, "checkpoint folder to write (at the end and every --save-every)")
       ->group(out);
@@ -127,12 +140,7 @@ void add_grad_flags(CLI::App& app, GradRequest& f) {
       ->required()
       ->group(model);
   add_precision_flag(app, f.precision)->group(model);
-  app.add_option("--recompute", f.recompute, "activation recomputation: none, full or no-attn")
-      ->check(one_of({"none", "full", "no-attn"}))
-      ->group(model);
-  app.add_option("--mlp-chunk", f.mlp_chunk, "run the MLP over chunks of this many tokens (0: whole)")
-      ->check(at_least(0))
-      ->group(model);
+  add_compute_flags(app, f.recompute, f.mlp_chunk, model);
   app.add_option("--data", f.data, "text, token file, llm.c shard, nanoGPT .bin or Megatron "
                                    "prefix; sequences are read from its start")
       ->required()
@@ -148,11 +156,7 @@ void add_grad_flags(CLI::App& app, GradRequest& f) {
   app.add_option("--microbatches", f.microbatches, "M: micro-batches (default 1)")
       ->check(positive())
       ->group(data);
-  app.add_option("--threads", f.threads,
-                 "compute threads per rank (default 0: OMP_NUM_THREADS or the cores, shared among "
-                 "in-process ranks)")
-      ->check(at_least(0))
-      ->group(par);
+  add_threads_flag(app, f.threads)->group(par);
   app.add_option("--out", f.out, "gradients file (safetensors, parameter names)")
       ->required()
       ->group(out);
