@@ -21,7 +21,7 @@ int cmd_grad(int argc, char** argv) {
   add_pipeline_flags(app, p, /*train=*/false);
   app.footer("Flag rules and exit codes: docs/cli.md.");
   if (auto rc = parse_flags(app, argc, argv)) return *rc;
-  if (!wants_ranks(app)) {
+  if (!wants_ranks(p)) {
     run_local_grad(f);
     return 0;
   }

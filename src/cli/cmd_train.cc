@@ -28,7 +28,7 @@ int cmd_train(int argc, char** argv) {
       "Flag rules and exit codes: docs/cli.md; the training loop: docs/training.md.");
   if (auto rc = parse_flags(app, argc, argv)) return *rc;
   f.given = given_flags(app);
-  if (!wants_ranks(app)) {
+  if (!wants_ranks(p)) {
     run_local_training(f);
     return 0;
   }

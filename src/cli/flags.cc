@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -131,7 +130,6 @@ std::string bound(double x) {
 
 // The validator message of a number outside [lo, hi]; "" inside or when `s` is not a number.
 std::string range_message(const std::string& s, double lo, double hi, bool open_lo) {
-  errno = 0;
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
   if (end == s.c_str() || *end != '\0') return "";  // the conversion names the type wanted

@@ -14,17 +14,13 @@
 #include "cli/flags.h"
 #include "comm/local_comm.h"
 #include "comm/mpi_comm.h"
+#include "schedule/generate.h"
 #include "schedule/text_io.h"
 #include "util/error.h"
 
 namespace hp::cli {
 
 namespace {
-
-constexpr const char* kPipelineFlags[] = {"--schedule",      "--schedule-file",   "--stages",
-                                          "--folds",         "--virtual",         "--data-parallel",
-                                          "--tensor-parallel", "--transfer",      "--trace",
-                                          "--timeline",      "--progress-thread"};
 
 // The pipeline stages of the launch: --stages, else the schedule file's, else (under mpirun) the
 // ranks left after D x T, else 1.
@@ -34,9 +30,10 @@ int resolve_stages(const DistLaunchRequest& d, int world_size) {
   if (world_size <= 0) return 1;
   const int dt = d.dp * d.tp;
   if (world_size % dt != 0)
-    fail("mpirun started {} ranks, not a multiple of --data-parallel x --tensor-parallel = {} x {}"
-         "; start a multiple of {} ranks or give --stages",
-         world_size, d.dp, d.tp, dt);
+    fail(
+        "mpirun started {} ranks, not a multiple of --data-parallel x --tensor-parallel = {} x {}"
+        "; start a multiple of {} ranks or give --stages",
+        world_size, d.dp, d.tp, dt);
   return world_size / dt;
 }
 
@@ -64,48 +61,52 @@ int exit_code(const std::exception& e) { return dynamic_cast<const Error*>(&e) ?
 void add_pipeline_flags(CLI::App& app, PipelineFlags& p, bool train) {
   DistLaunchRequest& d = p.d;
   const std::string g = "Parallelism";
-  app.add_option("--schedule", d.schedule, "gpipe, 1f1b, interleaved, zb1p or helix (default helix)")
-      ->check(one_of({"gpipe", "1f1b", "interleaved", "zb1p", "helix"}))
-      ->group(g);
-  app.add_option("--schedule-file", d.schedule_file,
-                 "run this hand-written schedule (validated first)")
-      ->group(g);
-  app.add_option("--stages", d.stages,
-                 "pipeline stages P (default: under mpirun the ranks / (D x T), else 1); without "
-                 "mpirun, P x D x T ranks run as threads of this process")
-      ->check(positive())
-      ->group(g);
-  app.add_option("--folds", d.folds, "HelixPipe folds F (default 1)")->check(positive())->group(g);
-  app.add_option("--virtual", d.virtual_stages, "model chunks per stage (interleaved)")
-      ->check(positive())
-      ->group(g);
-  app.add_option("--data-parallel", d.dp, "data-parallel replicas D (default 1)")
-      ->check(positive())
-      ->group(g);
-  app.add_option("--tensor-parallel", d.tp,
-                 "tensor-parallel ranks T per stage, with sequence parallelism "
-                 "(docs/tensor-parallel.md; default 1)")
-      ->check(positive())
-      ->group(g);
-  app.add_option("--transfer", d.transfer, "helix: weights or activations (default weights)")
-      ->check(one_of({"weights", "activations"}))
-      ->group(g);
+  // Every flag added here asks for a pipelined run when given (wants_ranks).
+  const auto keep = [&p](CLI::Option* o) { p.options.push_back(o); };
+  keep(app.add_option("--schedule", d.schedule,
+                      "gpipe, 1f1b, interleaved, zb1p or helix (default helix)")
+           ->check(one_of(schedule_names()))
+           ->group(g));
+  keep(app.add_option("--schedule-file", d.schedule_file,
+                      "run this hand-written schedule (validated first)")
+           ->group(g));
+  keep(app.add_option(
+              "--stages", d.stages,
+              "pipeline stages P (default: under mpirun the ranks / (D x T), else 1); without "
+              "mpirun, P x D x T ranks run as threads of this process")
+           ->check(positive())
+           ->group(g));
+  keep(app.add_option("--folds", d.folds, "HelixPipe folds F (default 1)")
+           ->check(positive())
+           ->group(g));
+  keep(app.add_option("--virtual", d.virtual_stages, "model chunks per stage (interleaved)")
+           ->check(positive())
+           ->group(g));
+  keep(app.add_option("--data-parallel", d.dp, "data-parallel replicas D (default 1)")
+           ->check(positive())
+           ->group(g));
+  keep(app.add_option("--tensor-parallel", d.tp,
+                      "tensor-parallel ranks T per stage, with sequence parallelism "
+                      "(docs/tensor-parallel.md; default 1)")
+           ->check(positive())
+           ->group(g));
+  keep(app.add_option("--transfer", d.transfer, "helix: weights or activations (default weights)")
+           ->check(one_of({"weights", "activations"}))
+           ->group(g));
   if (!train) return;
-  app.add_flag("--progress-thread", p.progress_thread,
-               "under mpirun: progress MPI from a background thread")
-      ->group(g);
-  app.add_option("--trace", d.trace, "Chrome trace JSON of the last step (pipelined runs)")
-      ->group("Output");
-  app.add_option("--timeline", d.timeline, "SVG timeline of the last step (pipelined runs)")
-      ->group("Output");
+  keep(app.add_flag("--progress-thread", p.progress_thread,
+                    "under mpirun: progress MPI from a background thread")
+           ->group(g));
+  keep(app.add_option("--trace", d.trace, "Chrome trace JSON of the last step (pipelined runs)")
+           ->group("Output"));
+  keep(app.add_option("--timeline", d.timeline, "SVG timeline of the last step (pipelined runs)")
+           ->group("Output"));
 }
 
-bool wants_ranks(const CLI::App& app) {
+bool wants_ranks(const PipelineFlags& p) {
   if (MpiComm::launched_by_mpirun()) return true;
-  return std::any_of(std::begin(kPipelineFlags), std::end(kPipelineFlags), [&](const char* n) {
-    const CLI::Option* o = app.get_option_no_throw(n);
-    return o != nullptr && o->count() > 0;
-  });
+  return std::any_of(p.options.begin(), p.options.end(),
+                     [](const CLI::Option* o) { return o->count() > 0; });
 }
 
 int run_on_ranks(const std::string& command, PipelineFlags& p, int& threads, int* argc,

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "comm/comm.h"
 #include "runtime/train_run.h"
@@ -18,6 +19,7 @@ struct PipelineFlags {
   PipelineFlags() { d.stages = 0; }  // 0: not given (run_on_ranks resolves it)
   DistLaunchRequest d;
   bool progress_thread = false;  // under mpirun: MPI progress from a background thread
+  std::vector<const CLI::Option*> options;  // the flags add_pipeline_flags added
 };
 
 // Adds the schedule and grid flags (--schedule, --schedule-file, --stages, --folds, --virtual,
@@ -27,7 +29,7 @@ void add_pipeline_flags(CLI::App& app, PipelineFlags& p, bool train);
 
 // Whether the command line asks for a pipelined run: started by mpirun, or a schedule, grid or
 // trace flag given.
-bool wants_ranks(const CLI::App& app);
+bool wants_ranks(const PipelineFlags& p);
 
 // Runs `body` on every rank and returns the exit code. Under mpirun: the MPI world (--stages, when
 // not given, is the ranks divided by D x T). Otherwise D x P x T threads of this process (a

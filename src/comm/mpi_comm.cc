@@ -8,8 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <exception>
+#include <string>
 
 #include "util/error.h"
 
@@ -97,9 +97,8 @@ std::unique_ptr<MpiComm> MpiComm::init_world(int* argc, char*** argv, const Comm
   // MPI_Abort would only repeat it. HP_MPI_VERBOSE=1 keeps the banner (as does setting the MCA
   // parameter yourself).
   const char* verbose = std::getenv("HP_MPI_VERBOSE");
-  if ((verbose == nullptr || std::string(verbose) != "1") &&
-      std::getenv("OMPI_MCA_orte_execute_quiet") == nullptr)
-    setenv("OMPI_MCA_orte_execute_quiet", "1", 0);
+  if (verbose == nullptr || std::string(verbose) != "1")
+    setenv("OMPI_MCA_orte_execute_quiet", "1", /*overwrite=*/0);
   int want = options.progress_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
   int got = 0;
   int rc = MPI_Init_thread(argc, argv, want, &got);
