@@ -140,6 +140,20 @@ std::string id_hint(DataFormat format, int64_t bound, int64_t header_vocab, int6
   return "the file is corrupt or was written for another vocabulary; remake it";
 }
 
+// A file that auto-detection took for text but that holds a NUL byte is almost certainly binary
+// (token ids of another format, a compressed or pickled file): training on its bytes would run
+// without complaint and learn nothing useful, so it is refused unless text is asked for by name.
+void refuse_binary_as_text(std::span<const uint8_t> bytes, const std::string& path) {
+  const void* nul = bytes.empty() ? nullptr : std::memchr(bytes.data(), 0, bytes.size());
+  if (nul == nullptr) return;
+  const auto at = static_cast<const uint8_t*>(nul) - bytes.data();
+  fail("'{}' has no known token-file header, so it would be read as text, but it holds a NUL byte "
+       "at offset {}, which text does not: if it is a token file, name its format with "
+       "--data-format=hptokens, llmc, nanogpt or megatron (docs/formats/data.md); to train on its "
+       "raw bytes anyway, pass --data-format=text",
+       path, at);
+}
+
 }  // namespace
 
 TokenSource TokenSource::open(const std::string& path, const TokenOpenOptions& options) {
@@ -173,6 +187,8 @@ TokenSource TokenSource::open(const std::string& path, const TokenOpenOptions& o
     const DataFormat format = options.format == DataFormat::kAuto
                                   ? detect_token_format(bytes, path)
                                   : options.format;
+    if (options.format == DataFormat::kAuto && format == DataFormat::kText)
+      refuse_binary_as_text(bytes, path);
     const TokenLayout l = parse_token_layout(bytes, format, path);
     s.format_ = l.format;
     s.dtype_ = l.dtype;

@@ -171,9 +171,11 @@ TEST_F(ForeignTokens, NanoGptRawUint16) {
   expect_error(
       [&] { TokenSource::open(q, {.vocab = 50304}); },
       {"token 60000 at position 3 is outside [0, 50304)", "nanoGPT token file", "--data-format"});
-  // The same bytes under another name are text; --data-format=text reads a .bin as bytes.
+  // The same bytes under another name have no header but hold NUL bytes: not taken for text
+  // silently. --data-format=text reads them (and a .bin) as bytes.
   const std::string txt = write("train.txt", tokens_bytes(kGpt2Tokens, 2));
-  EXPECT_TRUE(TokenSource::open(txt).is_text());
+  expect_error([&] { TokenSource::open(txt); }, {"NUL byte", "--data-format=text"});
+  EXPECT_TRUE(TokenSource::open(txt, {.format = DataFormat::kText}).is_text());
   const TokenSource t = TokenSource::open(p, {.format = DataFormat::kText});
   EXPECT_TRUE(t.is_text());
   EXPECT_EQ(t.size(), 20);
@@ -288,6 +290,22 @@ TEST_F(ForeignTokens, OwnTokenFileCheckedAgainstModelVocab) {
                {"token 700 at position 2 is outside [0, 512)", "vocab_size is 512"});
   expect_error([&] { write_token_file(path("e.tok"), t, TokenDType::kUint32, 1000); },
                {"uint32 cannot be written"});
+}
+
+TEST_F(ForeignTokens, BinaryFileWithoutHeaderIsNotTakenForText) {
+  // uint16 token ids under a name that says nothing (not .bin): auto-detection sees no header, and
+  // the NUL high bytes of small ids show the file is not text.
+  const std::string p = write("train.tokens", tokens_bytes({72, 105, 33, 10}, 2));
+  expect_error([&] { TokenSource::open(p, {.vocab = 256}); },
+               {"'" + p + "'", "NUL byte at offset 1", "--data-format=hptokens, llmc, nanogpt",
+                "--data-format=text"});
+  // Asked for by name, the same bytes are text: one token per byte, NULs included.
+  const TokenSource s = TokenSource::open(p, {.format = DataFormat::kText, .vocab = 256});
+  EXPECT_EQ(read_all(s), (std::vector<int64_t>{72, 0, 105, 0, 33, 0, 10, 0}));
+  // Text without NUL bytes is still auto-detected as text.
+  const TokenSource t = TokenSource::open(write("notes.txt", "plain text\n"), {.vocab = 256});
+  EXPECT_EQ(t.format(), DataFormat::kText);
+  EXPECT_EQ(t.size(), 11);
 }
 
 TEST(DataFormatNames, RoundTripAndUnknown) {
