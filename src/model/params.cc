@@ -189,11 +189,11 @@ void Params::init(uint64_t seed) {
     }
     Rng rng(seed * 0x9E3779B97F4A7C15ull ^ name_hash(t.name));
     if (t.split_dim < 0) {
-      for (int64_t i = 0; i < t.numel; ++i) p[i] = 0.02 * rng.normal();
+      for (int64_t i = 0; i < t.numel; ++i) p[i] = kInitStd * rng.normal();
       continue;
     }
     std::vector<double> full(static_cast<size_t>(t.numel) * static_cast<size_t>(tp_.size));
-    for (double& v : full) v = 0.02 * rng.normal();
+    for (double& v : full) v = kInitStd * rng.normal();
     cut_shard(t, tp_, full.data(), p);
   }
   set_values(host);

@@ -17,6 +17,10 @@
 
 namespace hp {
 
+// Standard deviation of the normal distribution Params::init draws matrix weights from (norm gains
+// start at 1). The trainer's learning-rate warnings compare step sizes with it.
+inline constexpr double kInitStd = 0.02;
+
 // The kinds of parameter tensors a part owns.
 //   embed: kEmbed (vocab, h)                              model.embed_tokens.weight
 //   pre:l: kNorm1 (h), kWqkv (q, h) = rows q | k | v      input_layernorm, self_attn.{q,k,v}_proj

@@ -15,6 +15,7 @@
 #include "kernels/kernels.h"
 #include "runtime/dist_step.h"
 #include "runtime/dist_trainer.h"
+#include "runtime/memory_check.h"
 #include "runtime/model_io.h"
 #include "runtime/progress.h"
 #include "runtime/timeline_gather.h"
@@ -27,6 +28,31 @@
 #include "util/timer.h"
 
 namespace hp {
+
+namespace {
+
+MemoryShape memory_shape(const StepShape& shape, int64_t mlp_chunk, const Precision& prec,
+                         bool optimizer) {
+  MemoryShape m;
+  m.tokens_per_mb = shape.microbatch_size * shape.seq_len;
+  m.mlp_chunk = mlp_chunk;
+  m.precision = prec;
+  m.optimizer = optimizer;
+  return m;
+}
+
+// Refuses a grid whose ranks on this machine would together need more memory than it has.
+void check_grid_memory(const Comm& world, const ModelConfig& cfg, const Schedule& sch,
+                       const DistLaunchRequest& d, MemoryShape shape, const char* what) {
+  shape.tp = d.tp;
+  const int here = ranks_on_this_machine(world.size());
+  check_memory_fits(grid_memory_here(cfg, sch, d.dp, world.size(), shape),
+                    fmt::format("this {} run's {} rank{} on this machine", what, here,
+                                here == 1 ? "" : "s"),
+                    available_memory());
+}
+
+}  // namespace
 
 void run_training(TrainEngine& engine, const TrainRequest& f, const TrainPlan& plan,
                   const TokenSource& source, const SequenceReader& reader, const StepShape& global,
@@ -129,6 +155,10 @@ void run_local_training(const TrainRequest& f) {
   if (!plan.notes.empty()) std::fputs(plan.notes.c_str(), stderr);
 
   const ModelConfig& cfg = plan.cfg;
+  check_memory_fits(estimate_single_process_memory(
+                        cfg, plan.shape.recompute,
+                        memory_shape(plan.shape, plan.model_options.mlp_chunk, prec, true)),
+                    "this training run", available_memory());
   const TokenSource source = open_data(f.data, f.data_format, cfg.vocab);
   const SequenceReader reader(source, plan.shape.seq_len, cfg.vocab);
   Params params(cfg, Params::all_parts(cfg), *be, prec);
@@ -151,15 +181,19 @@ void run_local_grad(const GradRequest& f) {
   HP_CHECK(f.seq_len <= cfg.max_positions, "--seq-len {} exceeds the model's max_position_embeddings {}",
            f.seq_len, cfg.max_positions);
   auto be = make_cpu_backend(f.threads);
-  Params params(cfg, Params::all_parts(cfg), *be, resolve_precision(f.precision, *be));
-  load_checkpoint_params(info, params);
-  const TokenSource source = open_data(f.data, f.data_format, cfg.vocab);
-  const SequenceReader reader(source, f.seq_len, cfg.vocab);
+  const Precision prec = resolve_precision(f.precision, *be);
   StepShape shape;
   shape.seq_len = f.seq_len;
   shape.microbatch_size = f.microbatch_size;
   shape.microbatches = f.microbatches;
   shape.recompute = parse_recompute(f.recompute);
+  check_memory_fits(estimate_single_process_memory(
+                        cfg, shape.recompute, memory_shape(shape, f.mlp_chunk, prec, false)),
+                    "this gradient run", available_memory());
+  Params params(cfg, Params::all_parts(cfg), *be, prec);
+  load_checkpoint_params(info, params);
+  const TokenSource source = open_data(f.data, f.data_format, cfg.vocab);
+  const SequenceReader reader(source, f.seq_len, cfg.vocab);
   std::vector<int32_t> tokens, targets;
   read_step_batch(reader, 0, shape, /*wrap=*/false, tokens, targets);
 
@@ -248,6 +282,9 @@ void run_dist_training(Comm& world, const TrainRequest& f, const DistLaunchReque
     sch = dist_schedule(d, plan.cfg, plan.shape.microbatch_size * plan.shape.seq_len,
                         static_cast<int>(plan.shape.microbatches), plan.shape.recompute,
                         f.given.count("--recompute") > 0);
+    check_grid_memory(world, plan.cfg, sch, d,
+                      memory_shape(plan.shape, plan.model_options.mlp_chunk, prec, true),
+                      "training");
     source.emplace(open_data(f.data, f.data_format, plan.cfg.vocab));
     reader.emplace(*source, plan.shape.seq_len, plan.cfg.vocab);
   });
@@ -355,6 +392,9 @@ void run_dist_grad(Comm& world, const GradRequest& f, const DistLaunchRequest& d
     shape.seq_len = S;
     shape.microbatch_size = B;
     shape.microbatches = f.microbatches;
+    shape.recompute = sch.recompute;
+    check_grid_memory(world, cfg, sch, d, memory_shape(shape, f.mlp_chunk, prec, false),
+                      "gradient");
     read_step_batch(reader, 0, shape, /*wrap=*/false, tokens, targets);
   });
   // The grid's comms are made by every rank alike; the weights each rank reads are agreed on.

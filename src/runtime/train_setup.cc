@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/cpu_kernels.h"
+#include "model/params.h"
 #include "sim/device.h"
 #include "util/error.h"
 
@@ -177,7 +178,40 @@ TrainPlan resolve_train_request(const TrainRequest& f) {
            plan.cfg.max_positions);
   HP_CHECK(f.stop_after == 0 || f.stop_after > st.step,
            "--stop-after {} is not after the current step {}", f.stop_after, st.step);
+  plan.notes += update_size_warnings(st, plan.cfg.params_total());
   return plan;
+}
+
+std::string update_size_warnings(const TrainState& st, int64_t params) {
+  std::string w;
+  const double lr = st.lr.peak;
+  if (lr > 5 * kInitStd) {
+    w += fmt::format(
+        "warning: --lr {:g}: AdamW moves every weight by about the learning rate each step, more "
+        "than 5x the {:g} scale the weights start at, so the loss will most likely diverge; "
+        "language models train with 1e-4 to 3e-3\n",
+        lr, kInitStd);
+  } else if (lr < kInitStd * std::ldexp(1.0, -24)) {
+    w += fmt::format(
+        "warning: --lr {:g} is below the f32 rounding of weights of size {:g}: every update "
+        "vanishes and the model will not change\n",
+        lr, kInitStd);
+  } else if (const int64_t left = st.lr.total - st.step; left > 0 && lr * left < 0.01 * kInitStd) {
+    w += fmt::format(
+        "warning: --lr {:g} over the {} remaining step{} moves each weight by at most {:.2g} in "
+        "all, under 1% of their {:g} scale: the run will barely change the model; raise --lr or "
+        "--steps\n",
+        lr, left, left == 1 ? "" : "s", lr * static_cast<double>(left), kInitStd);
+  }
+  const double per_element = st.clip / std::sqrt(static_cast<double>(std::max<int64_t>(params, 1)));
+  if (st.clip > 0 && per_element < 10 * st.adamw.eps) {
+    w += fmt::format(
+        "warning: --clip {:g} over {} parameters leaves gradients of about {:.2g} per element, "
+        "close to AdamW's eps {:g}, so clipped updates shrink toward zero; use a larger --clip "
+        "(1.0 is usual) or --clip=0 to turn clipping off\n",
+        st.clip, params, per_element, st.adamw.eps);
+  }
+  return w;
 }
 
 int64_t last_step(const TrainRequest& f, const TrainState& state) {

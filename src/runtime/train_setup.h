@@ -88,6 +88,15 @@ MfuPeak resolve_mfu_peak(const TrainRequest& f);
 // only the flags in f.given override the saved settings.
 TrainPlan resolve_train_request(const TrainRequest& f);
 
+// Warnings for optimizer settings that make every update vanish or explode, one line each ("" when
+// there is none). AdamW moves each weight by about the learning rate per step whatever the
+// gradient's scale, and the weights start at a scale of kInitStd (model/params.h), so:
+//   lr > 5 x kInitStd                  every step moves weights several times their size: divergence
+//   lr < kInitStd x 2^-24              a step is below the f32 rounding of a typical weight
+//   peak lr x remaining steps < 1% of kInitStd: the whole run barely moves the weights
+//   0 < clip / sqrt(params) < 10 x eps: clipped gradients drop to AdamW's eps, updates shrink to 0
+std::string update_size_warnings(const TrainState& state, int64_t params);
+
 // The step a run ends at: --stop-after when given (and not past --steps), else the schedule's last.
 int64_t last_step(const TrainRequest& f, const TrainState& state);
 

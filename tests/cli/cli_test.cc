@@ -468,6 +468,36 @@ TEST_F(CliTest, ProgressLinesOrInPlace) {
 
 // Output paths that cannot be written are refused before the first step, not after the run; the
 // summary lists what was written; missing folders are created.
+TEST_F(CliTest, RunsThatCannotFitAreRefusedBeforeAllocating) {
+  // The limit comes from HP_MEMORY_LIMIT here so that the test does not depend on this machine's
+  // free memory; the tiny model's run needs about 1 MiB.
+  ::setenv("HP_MEMORY_LIMIT", "200K", 1);
+  const std::string data = " --data=" + path("text.txt") + " --seq-len=16 --threads=1";
+  const CmdResult g0 = helixpipe("init --model=tiny --out=" + path("m"));
+  ASSERT_EQ(g0.rc, 0) << g0.out;
+  for (const std::string& run :
+       {"train --model=tiny --steps=3 --save=" + path("ck") + data,
+        "train --model=tiny --steps=3 --stages=2 --schedule=1f1b --microbatches=2 --save=" +
+            path("ck") + data,
+        "grad --checkpoint=" + path("m") + " --out=" + path("g.safetensors") + data}) {
+    const CmdResult r = helixpipe(run);
+    EXPECT_EQ(r.rc, 1) << run << "\n" << r.out;
+    for (const char* needle : {"would need about", "weights", "activation stash",
+                               "is available (HP_MEMORY_LIMIT)", "--seq-len"})
+      EXPECT_NE(r.out.find(needle), std::string::npos) << needle << " in\n" << r.out;
+    EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << run;
+    EXPECT_FALSE(fs::exists(path("ck"))) << "the refused run made its checkpoint folder";
+    EXPECT_FALSE(fs::exists(path("g.safetensors")));
+  }
+  ::setenv("HP_MEMORY_LIMIT", "64x", 1);
+  const CmdResult bad = helixpipe("train --model=tiny --steps=3" + data);
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_NE(bad.out.find("HP_MEMORY_LIMIT='64x' is not a size"), std::string::npos) << bad.out;
+  ::unsetenv("HP_MEMORY_LIMIT");
+  const CmdResult ok = helixpipe("train --model=tiny --steps=3" + data);
+  EXPECT_EQ(ok.rc, 0) << ok.out;
+}
+
 TEST_F(CliTest, OutputPathsAreCheckedBeforeTheFirstStep) {
   fs::create_directories(path("busy"));
   write_file_atomic(path("busy/notes.txt"), "someone's file");

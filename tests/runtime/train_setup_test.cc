@@ -60,6 +60,33 @@ TEST(TrainSetup, BadRequestsNameTheFlag) {
 
 // A saved run resumed: a flag that differs from the saved value overrides it only when it is in
 // `given` (the command line named it); otherwise the saved run continues unchanged.
+TEST(TrainSetup, UpdatesThatVanishOrExplodeAreWarnedAbout) {
+  TrainRequest f;
+  f.model = "tiny";
+  f.seq_len = 16;
+  f.steps = 100;
+  auto notes = [&] { return resolve_train_request(f).notes; };
+  EXPECT_EQ(notes(), "");  // the defaults: lr 3e-3, clip 1
+  f.lr = 0.5;
+  EXPECT_NE(notes().find("warning: --lr 0.5: AdamW moves every weight"), std::string::npos);
+  f.lr = 1e-12;
+  EXPECT_NE(notes().find("below the f32 rounding"), std::string::npos) << notes();
+  f.lr = 1e-6;  // 100 steps x 1e-6 = 1e-4, under 1% of 0.02
+  EXPECT_NE(notes().find("over the 100 remaining steps moves each weight by at most 0.0001"),
+            std::string::npos)
+      << notes();
+  f.steps = 1000;  // 1e-3 in all: enough
+  EXPECT_EQ(notes(), "");
+  f.lr = 3e-3;
+  // tiny has 39.6k parameters: a clip of 1e-6 leaves 5e-9 per element, below 10 x eps = 1e-7.
+  f.clip = 1e-6;
+  EXPECT_NE(notes().find("warning: --clip 1e-06 over"), std::string::npos) << notes();
+  f.clip = 1e-2;
+  EXPECT_EQ(notes(), "");
+  f.clip = 0;  // clipping off
+  EXPECT_EQ(notes(), "");
+}
+
 TEST(TrainSetup, ResumeOverridesOnlyTheGivenFlags) {
   const fs::path dir = fs::temp_directory_path() / ("hp_train_setup_" + std::to_string(::getpid()));
   fs::remove_all(dir);
