@@ -3,14 +3,12 @@
 // with --part-costs (docs/formats/sim.md).
 #include <fmt/format.h>
 
-#include <cstdio>
 #include <optional>
 
 #include "cli/commands.h"
 #include "cli/sim_common.h"
 #include "cli/train_cli.h"
 #include "comm/mpi_comm.h"
-#include "comm/pingpong.h"
 #include "kernels/kernels.h"
 #include "runtime/profile.h"
 #include "sim/cost_model.h"
@@ -20,9 +18,8 @@
 namespace hp::cli {
 
 namespace {
-int profile_report(const ModelConfig& cfg, const ProfileOptions& opt,
-                   const std::optional<LinkEstimate>& link, int ranks, const std::string& out_path,
-                   const std::string& format, const std::string& transfer, int step_mbs);
+int profile_report(const ModelConfig& cfg, const ProfileOptions& opt, const PartProfile& p,
+                   const std::string& out_path, const std::string& format, int step_mbs);
 }  // namespace
 
 int cmd_profile(int argc, char** argv) {
@@ -75,82 +72,44 @@ int cmd_profile(int argc, char** argv) {
 
   const ModelConfig cfg = ModelConfig::load(model);
   std::unique_ptr<MpiComm> world;
-  std::optional<LinkEstimate> link;
-  if (MpiComm::launched_by_mpirun()) {
-    world = MpiComm::init_world(&argc, &argv);
-    try {
-      if (world->size() >= 2 && opt.link_latency_s < 0 && opt.link_bandwidth_Bps < 0) {
-        link = measure_link(*world,
-                            opt.microbatch_size * opt.seq_len * cfg.hidden *
-                                dtype_bytes(opt.precision.compute),
-                            20);
-        opt.link_latency_s = link->latency_s;
-        opt.link_bandwidth_Bps = link->bandwidth_Bps;
-      }
-      if (world->rank() != 0) {
-        // The other ranks load their cores with the same work while rank 0 measures.
-        (void)profile_parts(cfg, opt);
-        world->barrier();
-        return 0;
-      }
-    } catch (const std::exception& e) {
-      world->abort(fmt::format("rank {}: error: {}", world->rank(), e.what()));
-    }
-  }
+  if (MpiComm::launched_by_mpirun()) world = MpiComm::init_world(&argc, &argv);
   try {
-    const int rc = profile_report(cfg, opt, link, world ? world->size() : 1, out_path, format,
-                                  transfer, step_mbs);
+    const std::optional<PartProfile> p = profile_launch(world.get(), cfg, opt);
+    const int rc = p ? profile_report(cfg, opt, *p, out_path, format, step_mbs) : 0;
     if (world) world->barrier();
     return rc;
   } catch (const std::exception& e) {
-    if (world) world->abort(fmt::format("rank 0: error: {}", e.what()));
+    if (world) world->abort(fmt::format("rank {}: error: {}", world->rank(), e.what()));
     throw;
   }
 }
 
 namespace {
 
-int profile_report(const ModelConfig& cfg, const ProfileOptions& opt,
-                   const std::optional<LinkEstimate>& link, int ranks, const std::string& out_path,
-                   const std::string& format, const std::string& transfer, int step_mbs) {
-  PartProfile p = profile_parts(cfg, opt);
-  if (link)
-    p.link_source = fmt::format("MPI ping-pong, ranks 0 and 1 of {}, median of {}", ranks,
-                                link->repeats);
-  const nlohmann::json j = p.to_json();
+int profile_report(const ModelConfig& cfg, const ProfileOptions& opt, const PartProfile& p,
+                   const std::string& out_path, const std::string& format, int step_mbs) {
   // Round trip: what we write must load in the simulator.
-  (void)CostModel::from_part_costs(j, "profile output");
-  if (!out_path.empty()) write_file_atomic(out_path, j.dump(2) + "\n");
+  (void)CostModel::from_part_costs(p.to_json(), "profile output");
+  if (!out_path.empty()) write_file_atomic(out_path, p.to_json().dump(2) + "\n");
   std::optional<StepCheck> step;
   if (step_mbs > 0) step = check_step(cfg, opt, p, step_mbs);
-
   if (format == "json") {
-    nlohmann::json full = j;
-    nlohmann::json meta = {{"model", cfg.name},         {"hidden", cfg.hidden},
-                           {"layers_timed", opt.layers}, {"seq_len", opt.seq_len},
-                           {"microbatch_size", opt.microbatch_size},
-                           {"threads", p.threads},      {"blas_core", p.blas_core},
-                           {"repeats", opt.repeats},    {"link_source", p.link_source},
-                           {"transfer", transfer},      {"precision", opt.precision.name()}};
-    if (step)
-      meta["step"] = {{"microbatches", step->microbatches}, {"layers", step->layers},
-                      {"measured_s", step->measured_s}, {"predicted_s", step->predicted_s},
-                      {"peak_store_bytes", step->peak_store_bytes}};
-    fmt::print("{}\n", nlohmann::json{{"part_costs", full}, {"info", meta}}.dump(2));
+    fmt::print("{}\n", profile_report_json(cfg, opt, p, step).dump(2));
     return 0;
   }
   fmt::print("profile   model={} h={} heads={} s={} b={} threads={} BLAS core={} transfer={} "
              "precision={}\n",
              cfg.name, cfg.hidden, cfg.heads, opt.seq_len, opt.microbatch_size, p.threads,
-             p.blas_core, transfer, opt.precision.name());
+             p.blas_core, transfer_str(opt.transfer), opt.precision.name());
   fmt::print("          median of {} passes after {} warm-up, {} layer(s) timed\n\n", opt.repeats,
              opt.warmup, opt.layers);
   fmt::print("{:>6} {:>12} {:>12} {:>12}   spread F/I/W (max-min)/median\n", "part", "F", "I", "W");
-  for (int k = 0; k < 5; ++k)
-    fmt::print("{:>6} {:>12} {:>12} {:>12}   {:.0f}% / {:.0f}% / {:.0f}%\n",
-               part_kind_str(static_cast<PartKind>(k)), human_seconds(p.time[k][0]),
-               human_seconds(p.time[k][1]), human_seconds(p.time[k][2]), 100 * p.spread[k][0],
-               100 * p.spread[k][1], 100 * p.spread[k][2]);
+  for (PartKind k : kPartKinds) {
+    auto t = [&](Dir d) { return human_seconds(p.time.at(k, d)); };
+    auto sp = [&](Dir d) { return 100 * p.spread.at(k, d); };
+    fmt::print("{:>6} {:>12} {:>12} {:>12}   {:.0f}% / {:.0f}% / {:.0f}%\n", part_kind_str(k),
+               t(Dir::kF), t(Dir::kI), t(Dir::kW), sp(Dir::kF), sp(Dir::kI), sp(Dir::kW));
+  }
   fmt::print("\nattn recompute F (no-attn) {}\n", human_seconds(p.attn_recompute_f));
   fmt::print("link      latency {} bandwidth {:.2f} GB/s  ({}; message {})\n",
              human_seconds(p.link_latency_s), p.link_bandwidth_Bps / 1e9, p.link_source,

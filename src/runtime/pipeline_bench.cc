@@ -150,8 +150,8 @@ std::vector<double> calibrate_cores(Comm& world, const BenchSetup& b, const Cost
   const PartProfile pp = profile_parts(b.cfg, po);
   double mine = 0, ref = 0;
   for (PartKind k : {PartKind::kPre, PartKind::kAttn, PartKind::kPost})
-    for (Dir d : {Dir::kF, Dir::kI, Dir::kW}) {
-      mine += pp.time[static_cast<int>(k)][d == Dir::kF ? 0 : d == Dir::kI ? 1 : 2];
+    for (Dir d : kPartDirs) {
+      mine += pp.time.at(k, d);
       ref += cost.part_time(k, d);
     }
   HP_CHECK(ref > 0, "bench: the part-cost file gives zero time for pre, attn and post");

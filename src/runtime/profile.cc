@@ -4,10 +4,14 @@
 // policy measures how much longer attention's I gets when it must recompute its QKV first.
 #include "runtime/profile.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <vector>
 
+#include "comm/pingpong.h"
 #include "kernels/cpu_kernels.h"
 #include "model/model.h"
 #include "model/params.h"
@@ -53,18 +57,18 @@ ComputeOp single(Dir dir, Part p, Recompute policy) {
   return op;
 }
 
-// One pass: F, I, W of every part on its own. Adds the per-kind sums to `acc` ([kind][dir]).
+// One pass: F, I, W of every part on its own. `acc` becomes the per-kind sums.
 void one_pass(Model& model, const std::vector<Part>& parts, Recompute policy, TransferMode transfer,
-              ValueStore& store, const Batch& b, Clock clock, std::array<std::array<double, 3>, 5>& acc) {
-  for (auto& row : acc) row.fill(0);
+              ValueStore& store, const Batch& b, Clock clock, PartTable& acc) {
+  acc = PartTable{};
   store.clear();
-  for (const Part& p : parts)
-    acc[static_cast<int>(p.kind)][0] += timed_run(model, single(Dir::kF, p, policy), policy, transfer, store, b, clock);
+  auto run = [&](Dir d, const Part& p) {
+    acc.at(p.kind, d) += timed_run(model, single(d, p, policy), policy, transfer, store, b, clock);
+  };
+  for (const Part& p : parts) run(Dir::kF, p);
   for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
-    acc[static_cast<int>(it->kind)][1] +=
-        timed_run(model, single(Dir::kI, *it, policy), policy, transfer, store, b, clock);
-    acc[static_cast<int>(it->kind)][2] +=
-        timed_run(model, single(Dir::kW, *it, policy), policy, transfer, store, b, clock);
+    run(Dir::kI, *it);
+    run(Dir::kW, *it);
   }
   HP_CHECK(store.size() == 0, "profile: values left over after a full pass: {}", store.describe());
   model.take_loss();  // the head's losses of this pass are not needed
@@ -90,9 +94,8 @@ double memcpy_seconds(int64_t bytes, int repeats) {
 nlohmann::json PartProfile::to_json() const {
   nlohmann::json j;
   j["version"] = 1;
-  for (int k = 0; k < 5; ++k)
-    j[part_kind_str(static_cast<PartKind>(k))] = {
-        {"F", time[k][0]}, {"I", time[k][1]}, {"W", time[k][2]}};
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs) j[part_kind_str(k)][dir_str(d)] = time.at(k, d);
   j["attn_recompute_F"] = attn_recompute_f;
   j["link"] = {{"latency_s", link_latency_s}, {"bandwidth_Bps", link_bandwidth_Bps}};
   return j;
@@ -136,31 +139,31 @@ PartProfile profile_parts(const ModelConfig& cfg_in, const ProfileOptions& opt) 
   for (int i = 0; i <= 3 * opt.layers + 1; ++i) parts.push_back(Part::from_index(i, opt.layers));
 
   ValueStore store(*be, opt.precision);
-  std::array<std::array<double, 3>, 5> acc{};
-  std::array<std::array<std::vector<double>, 3>, 5> samples;
+  PartTable acc;
+  std::map<std::pair<PartKind, Dir>, std::vector<double>> samples;
   std::vector<double> attn_extra;
   for (int r = 0; r < opt.warmup + opt.repeats; ++r) {
     one_pass(model, parts, Recompute::kNone, opt.transfer, store, b, profile_clock(opt.threads), acc);
-    const double attn_i_none = acc[static_cast<int>(PartKind::kAttn)][1];
+    const double attn_i_none = acc.at(PartKind::kAttn, Dir::kI);
     if (r >= opt.warmup)
-      for (int k = 0; k < 5; ++k) {
-        const double count = (k == 0 || k == 4) ? 1.0 : static_cast<double>(opt.layers);
-        for (int d = 0; d < 3; ++d) samples[k][d].push_back(acc[k][d] / count);
+      for (PartKind k : kPartKinds) {
+        const bool per_layer = k != PartKind::kEmbed && k != PartKind::kHead;
+        const double count = per_layer ? static_cast<double>(opt.layers) : 1.0;
+        for (Dir d : kPartDirs) samples[{k, d}].push_back(acc.at(k, d) / count);
       }
     if (!opt.measure_attn_recompute) continue;
     one_pass(model, parts, Recompute::kNoAttn, opt.transfer, store, b, profile_clock(opt.threads), acc);
     if (r >= opt.warmup)
-      attn_extra.push_back((acc[static_cast<int>(PartKind::kAttn)][1] - attn_i_none) / opt.layers);
+      attn_extra.push_back((acc.at(PartKind::kAttn, Dir::kI) - attn_i_none) / opt.layers);
   }
 
   PartProfile out;
-  for (int k = 0; k < 5; ++k)
-    for (int d = 0; d < 3; ++d) {
-      const auto& s = samples[k][d];
-      out.time[k][d] = median(s);
-      const auto [lo, hi] = std::minmax_element(s.begin(), s.end());
-      out.spread[k][d] = out.time[k][d] > 0 ? (*hi - *lo) / out.time[k][d] : 0;
-    }
+  for (const auto& [key, s] : samples) {
+    const auto [k, d] = key;
+    out.time.at(k, d) = median(s);
+    const auto [lo, hi] = std::minmax_element(s.begin(), s.end());
+    out.spread.at(k, d) = out.time.at(k, d) > 0 ? (*hi - *lo) / out.time.at(k, d) : 0;
+  }
   // A negative difference is timing noise: the recompute is cheaper than the noise, call it 0.
   out.attn_recompute_f = attn_extra.empty() ? 0.0 : std::max(0.0, median(attn_extra));
 
@@ -221,12 +224,46 @@ StepCheck check_step(const ModelConfig& cfg, const ProfileOptions& opt, const Pa
   out.measured_s = median(t);
   out.peak_store_bytes = store.peak_bytes();
   double per_mb = 0;
-  for (int k = 0; k < 5; ++k) {
-    const double count = (k == 0 || k == 4) ? 1.0 : static_cast<double>(cfg.layers);
-    per_mb += count * (parts.time[k][0] + parts.time[k][1] + parts.time[k][2]);
+  for (PartKind k : kPartKinds) {
+    const bool per_layer = k != PartKind::kEmbed && k != PartKind::kHead;
+    per_mb += (per_layer ? static_cast<double>(cfg.layers) : 1.0) * parts.time.total(k);
   }
   out.predicted_s = microbatches * per_mb;
   return out;
+}
+
+std::optional<PartProfile> profile_launch(Comm* world, const ModelConfig& cfg, ProfileOptions opt) {
+  std::optional<LinkEstimate> link;
+  if (world != nullptr && world->size() >= 2 && opt.link_latency_s < 0 &&
+      opt.link_bandwidth_Bps < 0) {
+    const int64_t message =
+        opt.microbatch_size * opt.seq_len * cfg.hidden * dtype_bytes(opt.precision.compute);
+    link = measure_link(*world, message, 20);
+    opt.link_latency_s = link->latency_s;
+    opt.link_bandwidth_Bps = link->bandwidth_Bps;
+  }
+  PartProfile p = profile_parts(cfg, opt);
+  if (world != nullptr && world->rank() != 0) return std::nullopt;
+  if (link)
+    p.link_source = fmt::format("MPI ping-pong, ranks 0 and 1 of {}, median of {}", world->size(),
+                                link->repeats);
+  return p;
+}
+
+nlohmann::json profile_report_json(const ModelConfig& cfg, const ProfileOptions& opt,
+                                   const PartProfile& p, const std::optional<StepCheck>& step) {
+  nlohmann::json meta = {{"model", cfg.name},         {"hidden", cfg.hidden},
+                         {"layers_timed", opt.layers}, {"seq_len", opt.seq_len},
+                         {"microbatch_size", opt.microbatch_size},
+                         {"threads", p.threads},      {"blas_core", p.blas_core},
+                         {"repeats", opt.repeats},    {"link_source", p.link_source},
+                         {"transfer", transfer_str(opt.transfer)},
+                         {"precision", opt.precision.name()}};
+  if (step)
+    meta["step"] = {{"microbatches", step->microbatches}, {"layers", step->layers},
+                    {"measured_s", step->measured_s}, {"predicted_s", step->predicted_s},
+                    {"peak_store_bytes", step->peak_store_bytes}};
+  return {{"part_costs", p.to_json()}, {"info", meta}};
 }
 
 }  // namespace hp

@@ -8,8 +8,10 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "comm/comm.h"
 #include "kernels/dtype.h"
 #include "schedule/ir.h"
 #include "util/model_config.h"
@@ -36,10 +38,8 @@ struct ProfileOptions {
 };
 
 struct PartProfile {
-  // [PartKind][F, I, W] median seconds per micro-batch per part.
-  std::array<std::array<double, 3>, 5> time{};
-  // Spread of the repetitions: [PartKind][dir] (max - min) / median.
-  std::array<std::array<double, 3>, 5> spread{};
+  PartTable time;    // median seconds per micro-batch of one part of each kind, F, I and W
+  PartTable spread;  // of the repetitions behind each: (max - min) / median
   double attn_recompute_f = 0;  // attention's own QKV(+rotary) recompute under no-attn
   double link_latency_s = 0;
   double link_bandwidth_Bps = 0;
@@ -69,5 +69,16 @@ StepCheck check_step(const ModelConfig& cfg, const ProfileOptions& opt, const Pa
 // Runs warm-up + repeated passes over a model with opt.layers layers of `cfg`'s shape (random
 // weights, random tokens). Throws hp::Error on a bad option.
 PartProfile profile_parts(const ModelConfig& cfg, const ProfileOptions& opt);
+
+// A profile as `helixpipe profile` takes it. With a `world` of 2 or more ranks (mpirun), the link
+// is measured first by an MPI ping-pong between ranks 0 and 1 (unless opt gives it), then every
+// rank profiles the parts at once, loading the cores as a pipeline does; rank 0 returns the
+// result, the others nullopt. Without one: the parts in this process and an in-process estimate
+// of the link.
+std::optional<PartProfile> profile_launch(Comm* world, const ModelConfig& cfg, ProfileOptions opt);
+
+// What `profile --format=json` prints: the part costs and what they were measured on.
+nlohmann::json profile_report_json(const ModelConfig& cfg, const ProfileOptions& opt,
+                                   const PartProfile& p, const std::optional<StepCheck>& step);
 
 }  // namespace hp

@@ -74,6 +74,16 @@ Part Part::parse(std::string_view text, int layers) {
   fail("bad part '{}': unknown kind '{}' (expected embed, pre, attn, post or head)", text, kind);
 }
 
+size_t PartTable::slot(Dir d) {
+  switch (d) {
+    case Dir::kF: return 0;
+    case Dir::kI: return 1;
+    case Dir::kW: return 2;
+    case Dir::kB: break;
+  }
+  fail("PartTable: B is not stored (a full backward is I + W); set I and W");
+}
+
 const char* dir_str(Dir d) {
   switch (d) {
     case Dir::kF: return "F";

@@ -3,6 +3,7 @@
 // Nothing here knows about MPI, BLAS or timing.
 #pragma once
 
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -49,6 +50,32 @@ struct Part {
 enum class Dir : uint8_t { kF, kB, kI, kW };
 const char* dir_str(Dir d);             // "F", "B", "I", "W"
 Dir parse_dir(std::string_view text);   // throws
+
+// The directions a part's work splits into when costed or timed: F, I and W (B = I + W).
+inline constexpr Dir kPartDirs[] = {Dir::kF, Dir::kI, Dir::kW};
+inline constexpr PartKind kPartKinds[] = {PartKind::kEmbed, PartKind::kPre, PartKind::kAttn,
+                                          PartKind::kPost, PartKind::kHead};
+
+// One number per part kind and direction (seconds, FLOPs, a spread), read and written by name:
+// at(PartKind::kAttn, Dir::kI). Reading B gives I + W; B cannot be written (set I and W).
+class PartTable {
+ public:
+  double at(PartKind k, Dir d) const {
+    const auto& r = v_[static_cast<size_t>(k)];
+    return d == Dir::kB ? r[1] + r[2] : r[slot(d)];
+  }
+  double& at(PartKind k, Dir d) { return v_[static_cast<size_t>(k)][slot(d)]; }
+  double total(PartKind k) const { return at(k, Dir::kF) + at(k, Dir::kB); }  // F + I + W
+  PartTable& operator*=(double factor) {
+    for (auto& r : v_)
+      for (double& x : r) x *= factor;
+    return *this;
+  }
+
+ private:
+  static size_t slot(Dir d);  // F 0, I 1, W 2; B throws (a full backward is I + W)
+  std::array<std::array<double, 3>, 5> v_{};
+};
 
 // none: keep every activation a backward needs. full: an op keeps only its inputs and recomputes
 // its whole forward. no-attn (HelixPipe): like full, but attention keeps its output and

@@ -1,15 +1,15 @@
 // Cost model construction: part-cost JSON reader/writer and the FLOP/byte model.
 #include "sim/cost_model.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "util/error.h"
 
 namespace hp {
 
 namespace {
 
-constexpr PartKind kKinds[] = {PartKind::kEmbed, PartKind::kPre, PartKind::kAttn, PartKind::kPost,
-                               PartKind::kHead};
-constexpr const char* kDirKeys[] = {"F", "I", "W"};
 
 // A time in seconds: a number in [0, kMaxPartSeconds] (NaN fails both comparisons).
 double seconds(const nlohmann::json& j, const std::string& where) {
@@ -49,31 +49,19 @@ LinkProfile parse_link(const nlohmann::json& j, const std::string& where) {
 
 }  // namespace
 
-int CostModel::dir_slot(Dir d) {
-  switch (d) {
-    case Dir::kF: return 0;
-    case Dir::kI: return 1;
-    case Dir::kW: return 2;
-    case Dir::kB: break;
-  }
-  fail("internal: dir_slot(B): a full backward is I + W");
-}
-
 double CostModel::part_time(PartKind kind, Dir dir) const {
-  const auto& t = time_[static_cast<int>(kind)];
-  return dir == Dir::kB ? t[1] + t[2] : t[dir_slot(dir)];
+  return time_.at(kind, dir);
 }
 
 void CostModel::set_part_time(PartKind kind, Dir dir, double seconds) {
   HP_CHECK(dir != Dir::kB, "set_part_time: set I and W separately (B = I + W)");
   HP_CHECK(seconds >= 0, "set_part_time: negative time {}", seconds);
-  time_[static_cast<int>(kind)][dir_slot(dir)] = seconds;
+  time_.at(kind, dir) = seconds;
 }
 
 void CostModel::scale_flops(double factor) {
   HP_CHECK(factor > 0, "scale_flops: factor must be > 0, got {}", factor);
-  for (auto& k : flops_)
-    for (double& f : k) f *= factor;
+  flops_ *= factor;
 }
 
 void CostModel::set_links(LinkProfile intra, LinkProfile inter, int stages_per_node) {
@@ -97,10 +85,7 @@ double CostModel::op_time(const ComputeOp& op, Recompute policy) const {
 
 double CostModel::op_flops(const ComputeOp& op) const {
   double f = 0;
-  for (const Part& p : op.parts) {
-    const auto& a = flops_[static_cast<int>(p.kind)];
-    f += op.dir == Dir::kB ? a[1] + a[2] : a[dir_slot(op.dir)];
-  }
+  for (const Part& p : op.parts) f += flops_.at(p.kind, op.dir);
   return f;
 }
 
@@ -123,19 +108,18 @@ CostModel CostModel::from_part_costs(const nlohmann::json& j, const std::string&
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& key = it.key();
     bool is_part = false;
-    for (PartKind k : kKinds) {
+    for (PartKind k : kPartKinds) {
       if (key != part_kind_str(k)) continue;
       is_part = true;
       HP_CHECK(it->is_object(), "{}: '{}' must be an object {{\"F\":s,\"I\":s,\"W\":s}}, got {}",
                where, key, it->dump());
       for (auto d = it->begin(); d != it->end(); ++d) {
-        int slot = -1;
-        for (int s = 0; s < 3; ++s)
-          if (d.key() == kDirKeys[s]) slot = s;
-        HP_CHECK(slot >= 0,
+        const Dir* dir = std::find_if(std::begin(kPartDirs), std::end(kPartDirs),
+                                      [&](Dir x) { return d.key() == dir_str(x); });
+        HP_CHECK(dir != std::end(kPartDirs),
                  "{}: '{}' has unknown key '{}' (known: F, I, W; a full backward B costs I + W)",
                  where, key, d.key());
-        c.time_[static_cast<int>(k)][slot] = seconds(d.value(), where + "." + key + "." + d.key());
+        c.time_.at(k, *dir) = seconds(d.value(), where + "." + key + "." + d.key());
       }
     }
     if (is_part) continue;
@@ -167,10 +151,8 @@ CostModel CostModel::from_part_costs(const nlohmann::json& j, const std::string&
 nlohmann::json CostModel::to_json() const {
   nlohmann::json j;
   j["version"] = 1;
-  for (PartKind k : kKinds) {
-    const auto& t = time_[static_cast<int>(k)];
-    j[part_kind_str(k)] = {{"F", t[0]}, {"I", t[1]}, {"W", t[2]}};
-  }
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs) j[part_kind_str(k)][dir_str(d)] = time_.at(k, d);
   j["link"] = {{"latency_s", intra_.latency_s}, {"bandwidth_Bps", intra_.bandwidth_Bps}};
   j["inter"] = {{"latency_s", inter_.latency_s}, {"bandwidth_Bps", inter_.bandwidth_Bps}};
   if (stages_per_node_ < (1 << 30)) j["stages_per_node"] = stages_per_node_;
@@ -228,13 +210,14 @@ CostModel CostModel::from_model(const ModelConfig& cfg, int64_t seq_len, int64_t
   head[0] = {lm, 0, 2 * T * h + 2 * T * V};  // final norm, logits through softmax block by block
   head[1] = {2 * lm, 0, 4 * T * h + 2 * T * V};  // recompute the logits, then dX
   head[2] = {lm, 0, 0};
-  for (PartKind k : kKinds) {
-    for (int d = 0; d < 3; ++d) {
-      const Work& x = w[static_cast<int>(k)][d];
-      c.time_[static_cast<int>(k)][d] = seconds(x);
+  for (PartKind k : kPartKinds) {
+    for (size_t i = 0; i < 3; ++i) {
+      const Dir d = kPartDirs[i];
+      const Work& x = w[static_cast<size_t>(k)][i];
+      c.time_.at(k, d) = seconds(x);
       // Model FLOPs leave out the head's internal logit recompute.
-      double model_gemm = (k == PartKind::kHead && d == 1) ? lm : x.gemm;
-      c.flops_[static_cast<int>(k)][d] = model_gemm + x.attn;
+      const double model_gemm = (k == PartKind::kHead && d == Dir::kI) ? lm : x.gemm;
+      c.flops_.at(k, d) = model_gemm + x.attn;
     }
   }
   c.attn_recompute_f_ = seconds({weights_mode ? qkv_gemm : 0, 0, rotary});

@@ -73,9 +73,8 @@ class CostModel {
   nlohmann::json to_json() const;
 
  private:
-  static int dir_slot(Dir d);  // F 0, I 1, W 2 (B is I + W)
-  std::array<std::array<double, 3>, 5> time_{};   // [PartKind][F,I,W] seconds
-  std::array<std::array<double, 3>, 5> flops_{};  // model FLOPs, same layout
+  PartTable time_;   // seconds per part kind and direction
+  PartTable flops_;  // model FLOPs, likewise
   double attn_recompute_f_ = 0;  // attention's own QKV/rotary recompute under no-attn
   LinkProfile intra_, inter_;
   int stages_per_node_ = 1 << 30;  // all stages on one node unless told

@@ -33,21 +33,19 @@ ProfileOptions opts(int64_t s, TransferMode t) {
 
 TEST(Profile, CostsArePositiveAndLoadInTheSimulator) {
   const PartProfile p = profile_parts(small_cfg(), opts(256, TransferMode::kWeights));
-  for (int k = 0; k < 5; ++k) EXPECT_GT(p.time[k][0], 0) << "F of " << k;
+  for (PartKind k : kPartKinds) EXPECT_GT(p.time.at(k, Dir::kF), 0) << "F of " << part_kind_str(k);
   for (PartKind k : {PartKind::kPre, PartKind::kAttn, PartKind::kPost, PartKind::kHead})
-    EXPECT_GT(p.time[static_cast<int>(k)][1], 0) << "I of " << part_kind_str(k);
+    EXPECT_GT(p.time.at(k, Dir::kI), 0) << "I of " << part_kind_str(k);
   for (PartKind k : {PartKind::kEmbed, PartKind::kAttn, PartKind::kPost, PartKind::kHead})
-    EXPECT_GT(p.time[static_cast<int>(k)][2], 0) << "W of " << part_kind_str(k);
+    EXPECT_GT(p.time.at(k, Dir::kW), 0) << "W of " << part_kind_str(k);
   EXPECT_GT(p.link_bandwidth_Bps, 0);
   EXPECT_GE(p.link_latency_s, 0);
   EXPECT_EQ(p.message_bytes, 256 * 64 * 4);
 
   const CostModel c = CostModel::from_part_costs(p.to_json(), "test");
-  for (int k = 0; k < 5; ++k) {
-    EXPECT_DOUBLE_EQ(c.part_time(static_cast<PartKind>(k), Dir::kF), p.time[k][0]);
-    EXPECT_DOUBLE_EQ(c.part_time(static_cast<PartKind>(k), Dir::kI), p.time[k][1]);
-    EXPECT_DOUBLE_EQ(c.part_time(static_cast<PartKind>(k), Dir::kW), p.time[k][2]);
-  }
+  for (PartKind k : kPartKinds)
+    for (Dir d : {Dir::kF, Dir::kI, Dir::kW, Dir::kB})
+      EXPECT_DOUBLE_EQ(c.part_time(k, d), p.time.at(k, d)) << part_kind_str(k) << dir_str(d);
   EXPECT_DOUBLE_EQ(c.attn_recompute_time(), p.attn_recompute_f);
   EXPECT_DOUBLE_EQ(c.latency(0, 1), p.link_latency_s);
 }
@@ -61,16 +59,17 @@ TEST(Profile, EveryPartIsTimedAtEachLength) {
   const PartProfile p1 = profile_parts(cfg, opts(1024, TransferMode::kActivations));
   const PartProfile p2 = profile_parts(cfg, opts(2048, TransferMode::kActivations));
   for (const PartProfile* p : {&p1, &p2})
-    for (int k = 0; k < 5; ++k)
-      for (int d = 0; d < 3; ++d) {
-        const double t = p->time[k][d];
-        if (k == 2 && d == 2) {  // attention owns no weights: its W pass is an empty op
+    for (PartKind k : kPartKinds)
+      for (Dir d : kPartDirs) {
+        const double t = p->time.at(k, d);
+        if (k == PartKind::kAttn && d == Dir::kW) {  // attention owns no weights: an empty op
           EXPECT_TRUE(std::isfinite(t) && t >= 0) << t;
-          EXPECT_LT(t, p->time[2][0]) << "an empty W pass took longer than attention's forward";
+          EXPECT_LT(t, p->time.at(PartKind::kAttn, Dir::kF))
+              << "an empty W pass took longer than attention's forward";
           continue;
         }
-        EXPECT_TRUE(std::isfinite(t) && t > 0) << "part " << k << " dir " << d << ": " << t;
-        EXPECT_TRUE(std::isfinite(p->spread[k][d]) && p->spread[k][d] >= 0);
+        EXPECT_TRUE(std::isfinite(t) && t > 0) << part_kind_str(k) << " " << dir_str(d) << ": " << t;
+        EXPECT_TRUE(std::isfinite(p->spread.at(k, d)) && p->spread.at(k, d) >= 0);
       }
   EXPECT_EQ(p1.message_bytes, int64_t{1024} * cfg.hidden * 4);
   EXPECT_EQ(p2.message_bytes, 2 * p1.message_bytes);
@@ -89,9 +88,9 @@ TEST(Profile, StepCheckPredictsFromThePartTimes) {
   ASSERT_GT(c.measured_s, 0);
   EXPECT_TRUE(std::isfinite(c.measured_s));
   double per_mb = 0;
-  for (int k = 0; k < 5; ++k) {
-    const double count = (k == 0 || k == 4) ? 1.0 : 4.0;
-    for (int d = 0; d < 3; ++d) per_mb += count * p.time[k][d];
+  for (PartKind k : kPartKinds) {
+    const double count = (k == PartKind::kEmbed || k == PartKind::kHead) ? 1.0 : 4.0;
+    for (Dir d : kPartDirs) per_mb += count * p.time.at(k, d);
   }
   EXPECT_NEAR(c.predicted_s, 2 * per_mb, 1e-12 * per_mb);
   EXPECT_GT(c.peak_store_bytes, 0);
