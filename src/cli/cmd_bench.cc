@@ -210,17 +210,8 @@ int cmd_bench(int argc, char** argv) {
                  "the\n  other ranks to arrive; link model: the simulator's charge for them (sim/parallel.h "
                  "tp_group_time) on the\n  link the group's own all-gather + reduce-scatter showed "
                  "when timed alone after the run.\n");
-    if (root && !f.out_path.empty()) {
-      const nlohmann::json j = {{"version", 2},        {"blas_core", blas_core_name()},
-                                {"threads", f.threads}, {"transport", transport},
-                                {"precision", prec.name()},
-                                {"steps", f.steps},     {"model", cfg.name},
-                                {"seq_len", f.seq_len}, {"stages", f.stages},
-                                {"data_parallel", f.data_parallel},
-                                {"tensor_parallel", f.tensor_parallel},
-                                {"microbatches", f.microbatches}, {"rows", rows}};
-      write_file_atomic(f.out_path, j.dump(2) + "\n");
-    }
+    if (root && !f.out_path.empty())
+      write_file_atomic(f.out_path, bench_json(f, cfg, prec, transport, rows).dump(2) + "\n");
     if (world) world->barrier();
   } catch (const std::exception& e) {
     if (world) world->abort(fmt::format("rank {}: error: {}", world->rank(), e.what()));

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/train_cli.h"
 #include "cli/train_dist.h"
+#include "runtime/launch.h"
 #include "runtime/train_run.h"
 
 namespace hp::cli {
@@ -26,7 +27,7 @@ int cmd_grad(int argc, char** argv) {
     return 0;
   }
   const bool recompute_given = app.get_option("--recompute")->count() > 0;
-  return run_on_ranks("grad", p, f.threads, &argc, &argv,
+  return run_on_ranks("grad", p.d, p.progress_thread, f.threads, &argc, &argv,
                       [&](Comm& world) { run_dist_grad(world, f, p.d, recompute_given); });
 }
 

@@ -2,8 +2,6 @@
 // makespan, bubble, per-stage busy time and peak activation memory, throughput and MFU.
 #include <fmt/format.h>
 
-#include <cstdio>
-
 #include "cli/commands.h"
 #include "cli/sim_common.h"
 #include "util/error.h"

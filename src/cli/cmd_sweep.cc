@@ -3,8 +3,6 @@
 // with throughput, MFU and memory per GPU, and HelixPipe's gain over the better baseline.
 #include <fmt/format.h>
 
-#include <sstream>
-
 #include "cli/commands.h"
 #include "cli/sim_common.h"
 #include "sim/plan.h"
@@ -12,34 +10,6 @@
 #include "util/error.h"
 
 namespace hp::cli {
-
-namespace {
-
-std::vector<int64_t> parse_list(const std::string& text, const char* flag) {
-  std::vector<int64_t> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    int64_t mult = 1;
-    if (!item.empty() && (item.back() == 'k' || item.back() == 'K')) {
-      mult = 1024;
-      item.pop_back();
-    }
-    try {
-      size_t used = 0;
-      int64_t v = std::stoll(item, &used);
-      HP_CHECK(used == item.size() && v > 0, "bad");
-      out.push_back(v * mult);
-    } catch (const std::exception&) {
-      fail("{}: '{}' is not a positive integer (give a comma-separated list like 16k,32k,131072)",
-           flag, item);
-    }
-  }
-  HP_CHECK(!out.empty(), "{}: empty list", flag);
-  return out;
-}
-
-}  // namespace
 
 int cmd_sweep(int argc, char** argv) {
   CLI::App app{"Sweep sequence length and GPU count: for HelixPipe, 1F1B and ZB1P, the fastest\n"
@@ -52,14 +22,19 @@ int cmd_sweep(int argc, char** argv) {
       "examples:\n"
       "  helixpipe sweep --model=7b --device=h20\n"
       "  helixpipe sweep --model=7b --device=a800 --seq-lens=16k,32k --gpus=64 --format=json");
-  std::string model = "7b", device = "h20", seq_text = "16k,32k,64k,128k,256k", gpu_text = "8,16,32,64";
-  std::string format = "text", out;
+  std::string model = "7b", device = "h20", format = "text", out;
+  std::vector<int64_t> seqs = {16384, 32768, 65536, 131072, 262144}, gpus = {8, 16, 32, 64};
   int global_batch = 32, want_tp = 0, want_pp = 0;
   double memory_gib = 0;
   app.add_option("--model", model, "model preset or JSON file (default 7b)");
   app.add_option("--device", device, "device profile (default h20)");
-  app.add_option("--seq-lens", seq_text, "sequence lengths, comma-separated (k = 1024)");
-  app.add_option("--gpus", gpu_text, "GPU counts, comma-separated");
+  app.add_option("--seq-lens", seqs, "sequence lengths, comma-separated (k = 1024; default 16k..256k)")
+      ->delimiter(',')
+      ->transform(k_suffix())
+      ->check(positive());
+  app.add_option("--gpus", gpus, "GPU counts, comma-separated (default 8,16,32,64)")
+      ->delimiter(',')
+      ->check(positive());
   app.add_option("--global-batch", global_batch, "sequences per iteration (default 32)")
       ->check(positive());
   app.add_option("--memory", memory_gib, "usable GiB per GPU (default: the device's memory)")
@@ -74,8 +49,6 @@ int cmd_sweep(int argc, char** argv) {
 
   const ModelConfig cfg = ModelConfig::load(model);
   const DeviceProfile dev = device_profile(device);
-  const auto seqs = parse_list(seq_text, "--seq-lens");
-  const auto gpus = parse_list(gpu_text, "--gpus");
   const double memory = usable_memory(dev, memory_gib);
 
   nlohmann::json rows = nlohmann::json::array();

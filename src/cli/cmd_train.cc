@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "cli/train_cli.h"
 #include "cli/train_dist.h"
+#include "runtime/launch.h"
 #include "runtime/train_run.h"
 
 namespace hp::cli {
@@ -32,7 +33,7 @@ int cmd_train(int argc, char** argv) {
     run_local_training(f);
     return 0;
   }
-  return run_on_ranks("train", p, f.threads, &argc, &argv,
+  return run_on_ranks("train", p.d, p.progress_thread, f.threads, &argc, &argv,
                       [&](Comm& world) { run_dist_training(world, f, p.d); });
 }
 

@@ -28,27 +28,6 @@ std::vector<std::string> long_names(const CLI::App& app) {
   return out;
 }
 
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
-std::string_view strip_flag(std::string_view s) {
-  while (!s.empty() && s.front() == '-') s.remove_prefix(1);
-  return s.substr(0, s.find('='));
-}
-
-// An `--name=` with nothing after '=' in argv; "" when there is none.
 std::string empty_assignment(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
@@ -151,18 +130,6 @@ std::string version_text() {
   return fmt::format("helixpipe {} ({}, {})", HP_VERSION, HP_BUILD_TYPE, cuda);
 }
 
-std::string nearest_name(std::string_view given, const std::vector<std::string>& names) {
-  const std::string_view g = strip_flag(given);
-  std::string best;
-  size_t best_d = std::string::npos;
-  for (const std::string& n : names) {
-    const size_t d = edit_distance(g, strip_flag(n));
-    if (d < best_d) best_d = d, best = n;
-  }
-  const size_t limit = std::max<size_t>(2, g.size() / 3);
-  return best_d <= limit ? best : "";
-}
-
 std::optional<int> parse_flags(CLI::App& app, int argc, char** argv) {
   app.set_version_flag("--version", version_text(), "print the version and build, then exit");
   app.allow_extras();
@@ -221,6 +188,17 @@ CLI::Validator one_of(std::vector<std::string> v) {
                            near.empty() ? "" : fmt::format(" (did you mean {}?)", near));
       },
       "{" + list + "}", "one_of");
+}
+
+CLI::Validator k_suffix() {
+  return CLI::Validator(
+      [](std::string& s) {
+        const bool k = s.size() > 1 && (s.back() == 'k' || s.back() == 'K') &&
+                       std::all_of(s.begin(), s.end() - 1, [](char c) { return c >= '0' && c <= '9'; });
+        if (k && s.size() < 12) s = std::to_string(std::stoll(s.substr(0, s.size() - 1)) * 1024);
+        return std::string();
+      },
+      "N or Nk (k = 1024)", "k_suffix");
 }
 
 }  // namespace hp::cli

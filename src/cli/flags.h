@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "util/nearest_name.h"
+
 namespace hp::cli {
 
 // "helixpipe <version> (<build type>, CUDA kernels compiled in|not compiled in)".
@@ -28,9 +30,6 @@ std::string version_text();
 // nullopt to go on.
 std::optional<int> parse_flags(CLI::App& app, int argc, char** argv);
 
-// The option of `names` nearest to `given` (edit distance, ignoring leading dashes and any
-// "=value"), when near enough to be a likely typo; "" otherwise.
-std::string nearest_name(std::string_view given, const std::vector<std::string>& names);
 
 // Value checks with messages in words. Numbers are compared as written (a value that does not
 // parse as a number is left to the flag's own conversion, which names the type it wants).
@@ -38,5 +37,7 @@ CLI::Validator positive();                          // > 0
 CLI::Validator at_least(double lo);                 // >= lo
 CLI::Validator in_range(double lo, double hi);      // lo <= x <= hi
 CLI::Validator one_of(std::vector<std::string> values);
+// A transform: "16k" (or "16K") becomes 16384; anything else is left to the flag's conversion.
+CLI::Validator k_suffix();
 
 }  // namespace hp::cli

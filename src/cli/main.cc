@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> names;
   for (const Command& c : kCommands) names.emplace_back(c.name);
-  const std::string near = hp::cli::nearest_name(argv[1], names);
+  const std::string near = hp::nearest_name(argv[1], names);
   if (!near.empty()) {
     std::fprintf(stderr, "helixpipe: unknown command '%s' (did you mean %s?)\n", argv[1],
                  near.c_str());

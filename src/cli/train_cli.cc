@@ -1,8 +1,6 @@
 // Shared train/grad flags (the requests they fill: runtime/train_setup.h).
 #include "cli/train_cli.h"
 
-#include <cstdio>
-
 namespace hp::cli {
 
 namespace {

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "util/error.h"
+#include "util/nearest_name.h"
 
 namespace hp {
 
@@ -154,11 +155,14 @@ std::string_view data_format_name(DataFormat f) {
 }
 
 DataFormat parse_data_format(std::string_view name) {
+  std::vector<std::string> names;
   for (DataFormat f : {DataFormat::kAuto, DataFormat::kText, DataFormat::kHpTokens,
                        DataFormat::kLlmc, DataFormat::kNanoGpt, DataFormat::kMegatron}) {
     if (name == data_format_name(f)) return f;
+    names.emplace_back(data_format_name(f));
   }
-  fail("unknown data format '{}' (use auto, text, hptokens, llmc, nanogpt or megatron)", name);
+  fail("unknown data format '{}'{} (use auto, text, hptokens, llmc, nanogpt or megatron)", name,
+       did_you_mean(name, names));
 }
 
 std::string_view data_format_what(DataFormat f) {

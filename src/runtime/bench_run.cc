@@ -7,8 +7,9 @@
 #include <set>
 #include <sstream>
 
-#include "schedule/generate.h"
+#include "kernels/cpu_kernels.h"
 #include "model/value_store.h"
+#include "schedule/generate.h"
 #include "schedule/lower.h"
 #include "sim/timeline.h"
 #include "util/atomic_file.h"
@@ -298,6 +299,23 @@ nlohmann::json run_bench(Comm* world, const BenchRequest& r, const ModelConfig& 
     }
   }
   return rows;
+}
+
+nlohmann::json bench_json(const BenchRequest& f, const ModelConfig& cfg, const Precision& prec,
+                          const std::string& transport, const nlohmann::json& rows) {
+  return {{"version", 2},
+          {"blas_core", blas_core_name()},
+          {"threads", f.threads},
+          {"transport", transport},
+          {"precision", prec.name()},
+          {"steps", f.steps},
+          {"model", cfg.name},
+          {"seq_len", f.seq_len},
+          {"stages", f.stages},
+          {"data_parallel", f.data_parallel},
+          {"tensor_parallel", f.tensor_parallel},
+          {"microbatches", f.microbatches},
+          {"rows", rows}};
 }
 
 }  // namespace hp

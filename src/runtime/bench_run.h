@@ -92,4 +92,8 @@ nlohmann::json run_bench(Comm* world, const BenchRequest& r, const ModelConfig& 
                          const std::optional<CostSetup>& cost, const std::string& transport,
                          const BenchCallbacks& cb);
 
+// What `bench --out` writes: the run's settings (version 2) and its rows.
+nlohmann::json bench_json(const BenchRequest& f, const ModelConfig& cfg, const Precision& prec,
+                          const std::string& transport, const nlohmann::json& rows);
+
 }  // namespace hp

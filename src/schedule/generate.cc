@@ -6,6 +6,7 @@
 #include <string>
 
 #include "util/error.h"
+#include "util/nearest_name.h"
 
 namespace hp {
 
@@ -308,7 +309,8 @@ std::vector<std::pair<int, int>> split_layers(int layers, int parts) {
 Schedule generate(const ScheduleSpec& spec) {
   const auto& names = schedule_names();
   if (std::find(names.begin(), names.end(), spec.name) == names.end()) {
-    fail("unknown schedule '{}': expected one of gpipe, 1f1b, interleaved, zb1p, helix", spec.name);
+    fail("unknown schedule '{}'{}: expected one of gpipe, 1f1b, interleaved, zb1p, helix", spec.name,
+         did_you_mean(spec.name, names));
   }
   HP_CHECK(spec.stages >= 1, "--stages must be at least 1, got {}", spec.stages);
   HP_CHECK(spec.microbatches >= 1, "--microbatches must be at least 1, got {}", spec.microbatches);

@@ -10,6 +10,7 @@
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/json_text.h"
+#include "util/nearest_name.h"
 
 namespace hp {
 
@@ -178,8 +179,8 @@ const DeviceProfile& device_profile(std::string_view name) {
   }
   std::string valid;
   for (const auto& n : reg.names) valid += (valid.empty() ? "" : ", ") + n;
-  fail("unknown device profile '{}': valid names are {} (or a path to a profile .json file)", name,
-       valid);
+  fail("unknown device profile '{}'{}: valid names are {} (or a path to a profile .json file)",
+       name, did_you_mean(name, reg.names), valid);
 }
 
 }  // namespace hp

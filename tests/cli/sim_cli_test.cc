@@ -15,36 +15,15 @@
 
 namespace {
 
-struct Ran {
-  int rc = -1;
-  std::string out;  // stdout and stderr together
-};
+using Ran = hp::test::CliResult;
 
-Ran helixpipe(const std::string& args) {
-  std::string cmd = std::string(HP_BINARY_DIR) + "/helixpipe " + args + " 2>&1";
-  Ran r;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.out.append(buf, n);
-  int st = pclose(f);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  hp::test::expect_no_sanitizer_report(r.out);
-  return r;
-}
+Ran helixpipe(const std::string& args) { return hp::test::run_helixpipe(args); }
 
 // stdout only (JSON commands), with the exit code.
 nlohmann::json helixpipe_json(const std::string& args, int* rc) {
-  std::string cmd = std::string(HP_BINARY_DIR) + "/helixpipe " + args;
-  FILE* f = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  int st = pclose(f);
-  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return nlohmann::json::parse(out);
+  const Ran r = hp::test::run_cli(args);
+  *rc = r.rc;
+  return nlohmann::json::parse(r.out);
 }
 
 class TempDir {
@@ -405,8 +384,12 @@ TEST(SweepCli, GainRowsAndJson) {
     }
   }
   Ran bad = helixpipe("sweep --seq-lens=16k,abc");
-  EXPECT_EQ(bad.rc, 1);
-  EXPECT_NE(bad.out.find("'abc' is not a positive integer"), std::string::npos) << bad.out;
+  EXPECT_EQ(bad.rc, 2);  // a usage error (docs/cli.md)
+  EXPECT_NE(bad.out.find("--seq-lens takes a whole number, got '"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("abc'"), std::string::npos) << bad.out;
+  Ran zero = helixpipe("sweep --seq-lens=16k,0k");
+  EXPECT_EQ(zero.rc, 2);
+  EXPECT_NE(zero.out.find("--seq-lens must be > 0, got 0"), std::string::npos) << zero.out;
 }
 
 }  // namespace
