@@ -33,8 +33,11 @@ function(hp_test name)
   if(srcs)
     add_executable(test_${name} ${srcs})
     target_link_libraries(test_${name} PRIVATE ${ARGN} GTest::gtest GTest::gtest_main)
+    # The CLI tests start helixpipe under the same launcher and flags as hp_mpi_test's runs.
+    string(JOIN " " mpiexec_flags ${HP_MPIEXEC_FLAGS})
     target_compile_definitions(test_${name} PRIVATE
-      HP_SOURCE_DIR="${PROJECT_SOURCE_DIR}" HP_BINARY_DIR="${PROJECT_BINARY_DIR}")
+      HP_SOURCE_DIR="${PROJECT_SOURCE_DIR}" HP_BINARY_DIR="${PROJECT_BINARY_DIR}"
+      HP_MPIEXEC="${MPIEXEC_EXECUTABLE}" HP_MPIEXEC_FLAGS="${mpiexec_flags}")
     gtest_discover_tests(test_${name} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 600)
   endif()
   foreach(src IN LISTS mpi_srcs)

@@ -33,24 +33,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CmdResult {
-  int rc = -1;
-  std::string out;  // stdout and stderr together
-};
+using CmdResult = test::CliResult;
 
-CmdResult helixpipe(const std::string& args) {
-  const std::string cmd = std::string(HP_BINARY_DIR) + "/helixpipe " + args + " 2>&1";
-  CmdResult r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  test::expect_no_sanitizer_report(r.out);
-  return r;
-}
+CmdResult helixpipe(const std::string& args) { return test::run_helixpipe(args); }
 
 std::string last_line(const std::string& s) {
   std::string t = s;

@@ -32,27 +32,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int rc = -1;
-  std::string out;  // stdout and stderr together
-};
+using RunResult = test::CliResult;
 
-// `ranks` == 0: one process; otherwise mpirun -np ranks. Killed after `timeout_s` (rc 124).
+// `ranks` == 0: one process; otherwise under mpirun -np ranks. Killed after `timeout_s` (rc 124).
 RunResult run(int ranks, const std::string& args, int timeout_s = 120, const std::string& env = "") {
-  std::string cmd = env + " timeout -k 5 " + std::to_string(timeout_s) + " ";
-  if (ranks > 0)
-    cmd += "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " ";
-  cmd += std::string(HP_BINARY_DIR) + "/helixpipe " + args + " 2>&1";
-  RunResult r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  test::expect_no_sanitizer_report(r.out);
-  return r;
+  test::CliOptions o;
+  o.ranks = ranks;
+  o.timeout_s = timeout_s;
+  o.env = env;
+  return test::run_helixpipe(args, o);
 }
 
 // True when one line of `text` holds "rank 1 " followed later on that line by "signal 9" or

@@ -31,15 +31,15 @@ TEST(EvidCli, ProfileThenBench) {
   }
   auto p = test::run_cli("profile --model=" + dir + "m.json --seq-len=64 --repeats=1 --out=" + dir +
                          "c.json");
-  ASSERT_EQ(p.code, 0) << p.err;
+  ASSERT_EQ(p.rc, 0) << p.err;
   auto sim = test::run_cli("simulate --schedule=1f1b --stages=2 --microbatches=2 --layers=4 "
                            "--part-costs=" + dir + "c.json");
-  ASSERT_EQ(sim.code, 0) << sim.err;
+  ASSERT_EQ(sim.rc, 0) << sim.err;
 
   auto b = test::run_cli("bench --model=" + dir + "m.json --seq-len=64 --stages=2 --microbatches=4 "
                          "--part-costs=" + dir + "c.json --timeline=" + dir + "tl.svg --out=" + dir +
                          "b.json");
-  ASSERT_EQ(b.code, 0) << b.err << b.out;
+  ASSERT_EQ(b.rc, 0) << b.err << b.out;
   const auto j = nlohmann::json::parse(slurp(dir + "b.json"));
   ASSERT_EQ(j["rows"].size(), 5u) << b.out;
   for (const auto& r : j["rows"]) {
@@ -73,7 +73,7 @@ TEST(EvidCli, ProfileThenBench) {
   auto b2 = test::run_cli("bench --model=" + dir + "m.json --seq-len=64 --stages=2 --microbatches=4 "
                           "--schedules=1f1b,helix2,zb1p --recompute=natural,no-attn --out=" + dir +
                           "b2.json");
-  ASSERT_EQ(b2.code, 0) << b2.err << b2.out;
+  ASSERT_EQ(b2.rc, 0) << b2.err << b2.out;
   const auto j2 = nlohmann::json::parse(slurp(dir + "b2.json"));
   ASSERT_EQ(j2["rows"].size(), 5u) << b2.out;
   const char* want[][2] = {{"1f1b", "none"}, {"helix F=2", "no-attn"}, {"zb1p", "none"},
@@ -86,11 +86,11 @@ TEST(EvidCli, ProfileThenBench) {
   EXPECT_FALSE(j2.contains("predicted_step_s"));
 
   auto unknown = test::run_cli("bench --model=" + dir + "m.json --seq-len=64 --schedules=1f1b,pipedream");
-  EXPECT_NE(unknown.code, 0);
+  EXPECT_NE(unknown.rc, 0);
   EXPECT_NE(unknown.err.find("unknown schedule 'pipedream'"), std::string::npos) << unknown.err;
 
   auto bad = test::run_cli("bench --model=" + dir + "m.json --seq-len=64 --timeline=x.svg");
-  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.rc, 0);
   EXPECT_NE(bad.err.find("--part-costs"), std::string::npos) << bad.err;
 }
 

@@ -1,5 +1,7 @@
-// Test harness for the helixpipe binary: runs it with arguments, captures standard output, standard
-// error and the exit status. The binary is HP_BINARY_DIR/helixpipe (set by hp_test).
+// The one test harness for the helixpipe binary: runs it with arguments (as one process, or under
+// mpirun with the build's MPI launcher and HP_MPIEXEC_FLAGS), captures its output and exit status,
+// and fails the test when the output holds a sanitizer report. The binary is HP_BINARY_DIR/helixpipe
+// (set by hp_test).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,9 +16,16 @@
 namespace hp::test {
 
 struct CliResult {
-  int code = -1;    // exit status (-1: did not exit normally)
-  std::string out;  // standard output
-  std::string err;  // standard error
+  int rc = -1;      // exit status (-1: did not exit normally; 124: killed at the time limit)
+  std::string out;  // standard output (and standard error, unless split_stderr)
+  std::string err;  // standard error, with split_stderr
+};
+
+struct CliOptions {
+  int ranks = 0;             // > 0: under mpirun -np ranks
+  int timeout_s = 600;       // killed after this (rc 124)
+  std::string env;           // "NAME=value ..." set for the run
+  bool split_stderr = false;  // standard error in `err` instead of after `out`
 };
 
 // Fails the current test when `output` (a helixpipe run's) holds a sanitizer's report. Under
@@ -36,12 +45,15 @@ inline std::string cli_source_dir() { return HP_SOURCE_DIR; }
 inline std::string cli_binary() { return std::string(HP_BINARY_DIR) + "/helixpipe"; }
 
 // Runs `helixpipe ARGS` through the shell (ARGS is pasted as is: quote paths with spaces).
-inline CliResult run_cli(const std::string& args) {
+inline CliResult run_helixpipe(const std::string& args, const CliOptions& o = {}) {
   // ctest runs tests of one binary as concurrent processes: the file name carries the pid.
   static int counter = 0;
   const std::string err_path = ::testing::TempDir() + "hp_cli_err_" + std::to_string(::getpid()) +
                                "_" + std::to_string(++counter);
-  const std::string cmd = cli_binary() + " " + args + " 2>" + err_path;
+  std::string cmd = o.env + " timeout -k 5 " + std::to_string(o.timeout_s) + " ";
+  if (o.ranks > 0)
+    cmd += std::string(HP_MPIEXEC) + " " + HP_MPIEXEC_FLAGS + " -np " + std::to_string(o.ranks) + " ";
+  cmd += cli_binary() + " " + args + (o.split_stderr ? " 2>" + err_path : " 2>&1");
   CliResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;
@@ -49,14 +61,23 @@ inline CliResult run_cli(const std::string& args) {
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
   const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(err_path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.err = ss.str();
-  std::remove(err_path.c_str());
-  expect_no_sanitizer_report(r.err);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (o.split_stderr) {
+    std::ifstream in(err_path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    r.err = ss.str();
+    std::remove(err_path.c_str());
+  }
+  expect_no_sanitizer_report(r.out + r.err);
   return r;
+}
+
+// Standard output and standard error apart.
+inline CliResult run_cli(const std::string& args) {
+  CliOptions o;
+  o.split_stderr = true;
+  return run_helixpipe(args, o);
 }
 
 }  // namespace hp::test

@@ -48,7 +48,7 @@ std::string golden_forward(const nlohmann::json& stage, int L) {
 
 nlohmann::json schedule_json(const std::string& flags) {
   CliResult r = run_cli("schedule " + flags + " --format=json");
-  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.rc, 0) << r.err;
   return nlohmann::json::parse(r.out);
 }
 
@@ -91,9 +91,9 @@ TEST(ScheduleCli, EveryFormatOfEveryScheduleValidates) {
     for (const std::string fmt : {"text", "json"}) {
       const std::string file = tmp + "hp_cli_sched." + fmt;
       CliResult g = run_cli("schedule " + flags + " --format=" + fmt + " --out=" + file);
-      ASSERT_EQ(g.code, 0) << flags << g.err;
+      ASSERT_EQ(g.rc, 0) << flags << g.err;
       CliResult v = run_cli("validate " + file + " --model=tiny --seq-len=256");
-      EXPECT_EQ(v.code, 0) << flags << "\n" << v.out << v.err;
+      EXPECT_EQ(v.rc, 0) << flags << "\n" << v.out << v.err;
       EXPECT_EQ(v.out.rfind("ok: schedule", 0), 0u) << v.out;
     }
   }
@@ -102,12 +102,12 @@ TEST(ScheduleCli, EveryFormatOfEveryScheduleValidates) {
 TEST(ScheduleCli, PicturesAreProduced) {
   CliResult svg = run_cli("schedule --schedule=helix --stages=4 --microbatches=8 --layers=4 "
                           "--folds=2 --format=svg");
-  ASSERT_EQ(svg.code, 0) << svg.err;
+  ASSERT_EQ(svg.rc, 0) << svg.err;
   EXPECT_NE(svg.out.find("<svg"), std::string::npos);
   EXPECT_NE(svg.out.find("</svg>"), std::string::npos);
   CliResult trace = run_cli("schedule --schedule=1f1b --stages=2 --microbatches=4 --layers=2 "
                             "--format=trace");
-  ASSERT_EQ(trace.code, 0) << trace.err;
+  ASSERT_EQ(trace.rc, 0) << trace.err;
   auto j = nlohmann::json::parse(trace.out);
   EXPECT_TRUE(j.contains("traceEvents"));
   EXPECT_GT(j["traceEvents"].size(), 8u);
@@ -116,7 +116,7 @@ TEST(ScheduleCli, PicturesAreProduced) {
 TEST(ScheduleCli, LoweredListingShowsMessages) {
   CliResult r = run_cli("schedule --schedule=1f1b --stages=2 --microbatches=2 --layers=2 "
                         "--format=lowered --model=tiny --seq-len=16");
-  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("# lowered schedule '1f1b': 2 stages, 4 messages"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("stage 1\n  recv.start  #0     <- s0  F0 post:1 -> pre:2  [X:2]"),
@@ -126,33 +126,33 @@ TEST(ScheduleCli, LoweredListingShowsMessages) {
 
 TEST(ScheduleCli, HelpAndBadFlags) {
   CliResult h = run_cli("schedule --help");
-  EXPECT_EQ(h.code, 0);
+  EXPECT_EQ(h.rc, 0);
   EXPECT_NE(h.out.find("Examples:"), std::string::npos);
   EXPECT_NE(h.out.find("--folds"), std::string::npos);
   CliResult v = run_cli("validate --help");
-  EXPECT_EQ(v.code, 0);
+  EXPECT_EQ(v.rc, 0);
   EXPECT_NE(v.out.find("Examples:"), std::string::npos);
 
   CliResult bad = run_cli("schedule --schedule=foo --stages=4 --microbatches=4 --layers=4");
-  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.rc, 2);
   EXPECT_NE(bad.err.find("--schedule must be one of gpipe, 1f1b, interleaved, zb1p, helix, got 'foo'"),
             std::string::npos)
       << bad.err;
   CliResult fmt = run_cli("schedule --schedule=1f1b --stages=2 --microbatches=2 --layers=2 "
                           "--format=png");
-  EXPECT_EQ(fmt.code, 2);
+  EXPECT_EQ(fmt.rc, 2);
   EXPECT_NE(fmt.err.find("--format must be one of text, json, svg, trace, lowered, got 'png' (did you mean svg?)"), std::string::npos)
       << fmt.err;
   CliResult unknown = run_cli("schedule --schedule=1f1b --stages=2 --microbatches=2 --layers=2 "
                               "--foldz=2");
-  EXPECT_EQ(unknown.code, 2);
+  EXPECT_EQ(unknown.rc, 2);
   EXPECT_NE(unknown.err.find("--foldz"), std::string::npos) << unknown.err;
   CliResult constraint = run_cli("schedule --schedule=helix --stages=4 --microbatches=4 --layers=6");
-  EXPECT_EQ(constraint.code, 1);
+  EXPECT_EQ(constraint.rc, 1);
   EXPECT_NE(constraint.err.find("nearest valid --layers: 4 or 8"), std::string::npos)
       << constraint.err;
   CliResult missing = run_cli("validate " + data("no_such_file.txt"));
-  EXPECT_EQ(missing.code, 1);
+  EXPECT_EQ(missing.rc, 1);
   EXPECT_NE(missing.err.find("no_such_file.txt"), std::string::npos) << missing.err;
 }
 
@@ -190,7 +190,7 @@ TEST(ValidateCli, RejectsHandBrokenFilesWithExactMessages) {
   };
   for (const Broken& b : cases) {
     CliResult r = run_cli("validate " + data(b.file));
-    EXPECT_EQ(r.code, 1) << b.file;
+    EXPECT_EQ(r.rc, 1) << b.file;
     EXPECT_EQ(r.out.rfind("INVALID: schedule 'custom'", 0), 0u) << b.file << "\n" << r.out;
     EXPECT_NE(r.out.find(std::to_string(b.errors) + (b.errors == 1 ? " error\n" : " errors\n")),
               std::string::npos)
@@ -202,7 +202,7 @@ TEST(ValidateCli, RejectsHandBrokenFilesWithExactMessages) {
 
 TEST(ValidateCli, DeadlockReportNamesStuckOpsAndDrawsTheGrid) {
   CliResult r = run_cli("validate " + data("broken_deadlock.txt"));
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.out.find("  - stage 0 is stuck at lowered op 3: recv.wait of message 2 (B0 pre:2 -> "
                        "post:1, stage 1 -> 0), consumed by stage 0 op 1 (B 0 post:1 attn:1 pre:1 "
                        "embed): stage 1 has not started sending it"),
@@ -221,7 +221,7 @@ TEST(ValidateCli, DeadlockReportNamesStuckOpsAndDrawsTheGrid) {
 
 TEST(ValidateCli, JsonReportOfABrokenFile) {
   CliResult r = run_cli("validate " + data("broken_w_before_i.txt") + " --format=json");
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.rc, 1);
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["valid"], false);
   ASSERT_EQ(j["errors"].size(), 4u);
@@ -237,11 +237,11 @@ TEST(ValidateCli, JsonReportOfABrokenFile) {
 TEST(ValidateCli, TensorParallelGivesPerRankStashAndLinkBytes) {
   const std::string file = ::testing::TempDir() + "hp_validate_tp_helix.txt";
   ASSERT_EQ(run_cli("schedule --schedule=helix --stages=2 --microbatches=4 --layers=4 --folds=2 "
-                    "--out=" + file).code,
+                    "--out=" + file).rc,
             0);
   CliResult r = run_cli("validate " + file +
                         " --model=small --seq-len=256 --tensor-parallel=2 --format=json");
-  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["tensor_parallel"], 2);
   EXPECT_GT(j["message_bytes"].get<int64_t>(), 0);
@@ -252,17 +252,17 @@ TEST(ValidateCli, TensorParallelGivesPerRankStashAndLinkBytes) {
     EXPECT_EQ(2 * st["peak_stash_bytes_per_rank"].get<int64_t>(), st["peak_stash_bytes"].get<int64_t>());
   }
   CliResult text = run_cli("validate " + file + " --model=small --seq-len=256 --tensor-parallel=2");
-  EXPECT_EQ(text.code, 0);
+  EXPECT_EQ(text.rc, 0);
   EXPECT_NE(text.out.find("per tensor-parallel rank and link"), std::string::npos) << text.out;
   CliResult bad = run_cli("validate " + file + " --model=small --seq-len=256 --tensor-parallel=3");
-  EXPECT_EQ(bad.code, 1);
+  EXPECT_EQ(bad.rc, 1);
   EXPECT_NE((bad.out + bad.err).find("tensor-parallel group of 3"), std::string::npos)
       << bad.out << bad.err;
 }
 
 TEST(ValidateCli, ParseErrorsNameFileAndLine) {
   CliResult r = run_cli("validate " + data("broken_bad_part.txt"));
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("broken_bad_part.txt:8: bad part 'atn:1': unknown kind 'atn' (expected "
                        "embed, pre, attn, post or head)"),
             std::string::npos)
@@ -271,7 +271,7 @@ TEST(ValidateCli, ParseErrorsNameFileAndLine) {
 
 TEST(ValidateCli, ValidFileReportsStashPerStage) {
   CliResult r = run_cli("validate " + data("valid_two_stage.txt") + " --format=json");
-  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.rc, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["valid"], true);
   ASSERT_EQ(j["stages"].size(), 2u);
