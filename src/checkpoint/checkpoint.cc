@@ -103,6 +103,23 @@ bool holds_only_checkpoint_files(const fs::path& dir) {
   return !ec;
 }
 
+// For a save that failed before its swap: what `dir` holds now, and what to do.
+std::string what_survives(const fs::path& dir, bool existed, const fs::path& tmp) {
+  const std::string removed =
+      fs::exists(tmp) ? "" : fmt::format(" (the partial save '{}' was removed)", tmp.string());
+  if (!existed) return fmt::format("no checkpoint was written to '{}'{}", dir.string(), removed);
+  std::string step;
+  try {
+    const nlohmann::json st = parse_json_file(dir / kTrainerStateFile, "trainer state");
+    if (st.contains("step")) step = fmt::format(" (step {})", st["step"].dump());
+  } catch (const std::exception&) {
+    // No or unreadable training state: name the folder only.
+  }
+  return fmt::format("the previous checkpoint '{}'{} is still the latest{}; free some space, then "
+                     "--resume from it",
+                     dir.string(), step, removed);
+}
+
 }  // namespace
 
 std::vector<std::string> remove_stale_temp_folders(const std::string& dir_arg) {
@@ -207,6 +224,11 @@ void save_checkpoint(const std::string& dir_arg, const CheckpointContents& conte
       fs::rename(tmp, dir);
       fsync_dir(parent);
     }
+  } catch (const NoSpaceError& e) {
+    // Say what survives: the folder still holds the previous checkpoint (the swap never ran).
+    if (fs::exists(tmp) && !fs::exists(tmp / kMarkerFile)) fs::remove_all(tmp, ec);
+    throw NoSpaceError(fmt::format("{}; {}", e.what(), what_survives(dir, exists, tmp)), e.path(),
+                       e.error_number());
   } catch (...) {
     if (fs::exists(tmp) && !fs::exists(tmp / kMarkerFile)) fs::remove_all(tmp, ec);
     throw;

@@ -1,4 +1,5 @@
 // helixpipe: the command-line entry point. It only dispatches; each subcommand parses its own flags.
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -47,6 +48,10 @@ void usage(std::FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file that outgrows the file size limit (ulimit -f) makes write() fail with EFBIG, which a
+  // checkpoint save reports with what is still intact (src/util/atomic_file.h NoSpaceError),
+  // instead of SIGXFSZ killing the process with a core dump.
+  std::signal(SIGXFSZ, SIG_IGN);
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     usage(argc < 2 ? stderr : stdout);

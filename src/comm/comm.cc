@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <thread>
 
@@ -24,6 +25,31 @@ double comm_timeout_from_env() {
            "HP_COMM_TIMEOUT='{}' is not a positive number of seconds; unset it for the default {} s",
            text, kDefaultCommTimeout);
   return v;
+}
+
+double comm_heartbeat_from_env() {
+  const char* text = std::getenv("HP_COMM_HEARTBEAT");
+  if (text == nullptr || *text == '\0') return kDefaultHeartbeat;
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(text, &end);
+  HP_CHECK(errno == 0 && end != text && *end == '\0' && v >= 0 && std::isfinite(v),
+           "HP_COMM_HEARTBEAT='{}' is not a number of seconds >= 0 (0 turns the heartbeat off); "
+           "unset it for the default {} s",
+           text, kDefaultHeartbeat);
+  return v;
+}
+
+int comm_heartbeat_misses_from_env() {
+  const char* text = std::getenv("HP_COMM_HEARTBEAT_MISSES");
+  if (text == nullptr || *text == '\0') return kDefaultHeartbeatMisses;
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(text, &end, 10);
+  HP_CHECK(errno == 0 && end != text && *end == '\0' && v >= 2 && v <= 1000000,
+           "HP_COMM_HEARTBEAT_MISSES='{}' is not a whole number >= 2; unset it for the default {}",
+           text, kDefaultHeartbeatMisses);
+  return static_cast<int>(v);
 }
 
 Comm::Comm(const CommOptions& options)
@@ -80,15 +106,47 @@ void Comm::progress() {
   std::erase_if(collectives_, [&](const std::shared_ptr<RequestState>& s) { return s->poll(*this); });
 }
 
+namespace {
+// The peer a long wait watches through the heartbeat: registered with PeerLiveness (so its
+// heartbeat thread pings it) from the moment the wait has lasted one period, released on return.
+struct Watch {
+  PeerLiveness* live;
+  int peer = -1;       // world rank watched, -1: none
+  double since = 0;    // when watching it began
+  ~Watch() { set(-1, 0); }
+  void set(int p, double now) {
+    if (p == peer) return;
+    if (peer >= 0) live->unwatch(peer);
+    peer = p;
+    since = now;
+    if (peer >= 0) live->watch(peer);
+  }
+};
+}  // namespace
+
 void Comm::wait(Request& r, const std::string& what) {
   if (test(r)) return;
   Timer timer;
+  const double start = now_seconds();
+  Watch watch{liveness_.get()};
   for (int round = 0;; ++round) {
     uint64_t seen = activity();
     progress();
     if (test(r)) return;
     double waited = timer.seconds();
     if (waited > timeout_s_) watchdog_fire(r, what, waited);
+    if (watch.live && waited >= watch.live->period_s()) {
+      // Silence is counted from the later of the peer's last answer and the moment this wait
+      // began watching it (an answer from before the wait proves nothing about now).
+      const int local = r.state_ ? r.state_->pending_peer() : -1;
+      const int peer = local >= 0 ? world_rank_of(local) : -1;
+      const double now = start + waited;
+      watch.set(peer == world_rank() ? -1 : peer, now);
+      if (watch.peer >= 0) {
+        const double silent = now - std::max(watch.since, watch.live->last_seen(watch.peer));
+        if (silent > watch.live->limit_s()) heartbeat_fire(watch.peer, what, silent, waited);
+      }
+    }
     idle(seen, std::min(timeout_s_ - waited, 0.05) + 1e-4, round);
   }
 }
@@ -117,6 +175,15 @@ void Comm::watchdog_fire(const Request& r, const std::string& what, double waite
                     "see HP_COMM_TIMEOUT); aborting the job",
                     world_rank(), what, from, waited, timeout_s_));
   std::abort();  // not reached: abort() does not return (a virtual call hides that from GCC)
+}
+
+void Comm::heartbeat_fire(int world_peer, const std::string& what, double silent, double waited) {
+  abort(fmt::format("rank {} waits for {} from rank {}: no heartbeat for {:.0f} s (stopped or "
+                    "hung?); waited {:.0f} s, heartbeat every {} s, {} missed allowed (see "
+                    "HP_COMM_HEARTBEAT, HP_COMM_HEARTBEAT_MISSES); aborting the job",
+                    world_rank(), what, world_peer, silent, waited, liveness_->period_s(),
+                    liveness_->misses()));
+  std::abort();  // not reached, as in watchdog_fire
 }
 
 int Comm::next_collective_tag() {

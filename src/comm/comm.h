@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/liveness.h"
 #include "util/error.h"
 
 namespace hp {
@@ -22,11 +23,28 @@ struct CommOptions {
   double timeout_s = 0;
   // MpiComm only: a background thread that keeps MPI progressing while the caller computes.
   bool progress_thread = false;
+  // MpiComm only: the heartbeat (docs/comm.md). A wait that has lasted heartbeat_s seconds pings
+  // its peer every heartbeat_s seconds from a thread that runs beside the compute; a peer that
+  // answers nothing for heartbeat_misses x heartbeat_s seconds is stopped or hung, and the wait
+  // ends the job at once instead of at the timeout. heartbeat_s < 0: HP_COMM_HEARTBEAT, else
+  // kDefaultHeartbeat; 0: no heartbeat. heartbeat_misses <= 0: HP_COMM_HEARTBEAT_MISSES, else
+  // kDefaultHeartbeatMisses.
+  double heartbeat_s = -1;
+  int heartbeat_misses = 0;
 };
 
 constexpr double kDefaultCommTimeout = 300;
 // HP_COMM_TIMEOUT in seconds (> 0) or kDefaultCommTimeout; throws hp::Error on a malformed value.
 double comm_timeout_from_env();
+
+// A stopped peer is found after about (1 + misses) x period seconds of waiting on it: 12 s.
+constexpr double kDefaultHeartbeat = 2;
+constexpr int kDefaultHeartbeatMisses = 5;
+// HP_COMM_HEARTBEAT in seconds (>= 0; 0 turns the heartbeat off) or kDefaultHeartbeat, and
+// HP_COMM_HEARTBEAT_MISSES (an integer >= 2: a live peer's answers come about one period apart)
+// or kDefaultHeartbeatMisses; hp::Error when malformed.
+double comm_heartbeat_from_env();
+int comm_heartbeat_misses_from_env();
 
 // Implementation state behind a Request. poll() advances it and returns true once it is complete.
 struct RequestState {
@@ -73,7 +91,9 @@ class Comm {
   bool test(Request& r);
   // Blocks until `r` completes, polling progress(). `what` names the op for the watchdog, e.g.
   // "recv msg 12 (F mb 3 A:2 X:2) for op 7". Past timeout(): prints
-  // "rank R waits for <what> from rank Q for N s" and aborts the job.
+  // "rank R waits for <what> from rank Q for N s" and aborts the job. With a heartbeat
+  // (liveness()), a peer silent for liveness()->limit_s() aborts it earlier:
+  // "rank R waits for <what> from rank Q: no heartbeat for N s (stopped or hung?)".
   void wait(Request& r, const std::string& what);
   void wait_all(std::vector<Request>& rs, const std::string& what);
   // Lets transfers (and in-flight collectives) advance; call it between compute tiles.
@@ -100,6 +120,9 @@ class Comm {
   [[noreturn]] virtual void abort(const std::string& message) = 0;
   void set_timeout(double seconds);
   double timeout() const { return timeout_s_; }
+  // The peers' heartbeat as this process sees it; null when there is none (LocalComm, or MpiComm
+  // with the heartbeat off).
+  const PeerLiveness* liveness() const { return liveness_.get(); }
 
   static constexpr int kMaxCollectivesInFlight = 512;
 
@@ -117,6 +140,9 @@ class Comm {
   // past `seen` or `max_s` passes. Defaults: 0 and a short back-off sleep.
   virtual uint64_t activity() const { return 0; }
   virtual void idle(uint64_t seen, double max_s, int round);
+  // Shares the world's liveness with this comm (MpiComm: the world and its splits).
+  void set_liveness(std::shared_ptr<PeerLiveness> l) { liveness_ = std::move(l); }
+  const std::shared_ptr<PeerLiveness>& shared_liveness() const { return liveness_; }
 
  private:
   template <typename T> friend struct AllreduceState;
@@ -124,8 +150,11 @@ class Comm {
   Request start_allreduce(T* data, int64_t n);
   int next_collective_tag();  // first of the two tags for a new collective
   [[noreturn]] void watchdog_fire(const Request& r, const std::string& what, double waited);
+  [[noreturn]] void heartbeat_fire(int world_peer, const std::string& what, double silent,
+                                   double waited);
 
   double timeout_s_;
+  std::shared_ptr<PeerLiveness> liveness_;
   uint64_t collective_seq_ = 0;
   // Collectives in flight, advanced by progress() so they move on while the caller computes.
   std::vector<std::shared_ptr<RequestState>> collectives_;

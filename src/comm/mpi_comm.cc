@@ -12,6 +12,7 @@
 #include <string>
 
 #include "util/error.h"
+#include "util/timer.h"
 
 namespace hp {
 namespace {
@@ -99,7 +100,12 @@ std::unique_ptr<MpiComm> MpiComm::init_world(int* argc, char*** argv, const Comm
   const char* verbose = std::getenv("HP_MPI_VERBOSE");
   if (verbose == nullptr || std::string(verbose) != "1")
     setenv("OMPI_MCA_orte_execute_quiet", "1", /*overwrite=*/0);
-  int want = options.progress_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+  // The heartbeat's settings are read before MPI starts: its thread needs MPI_THREAD_MULTIPLE.
+  double heartbeat = options.heartbeat_s >= 0 ? options.heartbeat_s : comm_heartbeat_from_env();
+  const int misses = options.heartbeat_misses > 0 ? options.heartbeat_misses
+                                                   : comm_heartbeat_misses_from_env();
+  const bool threads = options.progress_thread || heartbeat > 0;
+  int want = threads ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
   int got = 0;
   int rc = MPI_Init_thread(argc, argv, want, &got);
   HP_CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed (MPI error {}); is this an MPI launch?", rc);
@@ -110,8 +116,15 @@ std::unique_ptr<MpiComm> MpiComm::init_world(int* argc, char*** argv, const Comm
                          "progress thread (progress comes from polling)\n");
     o.progress_thread = false;
   }
+  if (heartbeat > 0 && got < MPI_THREAD_MULTIPLE) {
+    if (world_rank_or_minus_one() == 0)
+      std::fprintf(stderr, "helixpipe: this MPI lacks MPI_THREAD_MULTIPLE; running without a "
+                           "heartbeat (a stopped rank is found by the comm timeout only)\n");
+    heartbeat = 0;
+  }
   auto world = std::unique_ptr<MpiComm>(new MpiComm(MPI_COMM_WORLD, true, o));
   if (o.progress_thread) world->start_progress_thread();
+  if (heartbeat > 0 && world->size() > 1) world->start_heartbeat_thread(heartbeat, misses);
   return world;
 }
 
@@ -138,10 +151,9 @@ MpiComm::MpiComm(MPI_Comm comm, bool is_world, const CommOptions& options)
 }
 
 MpiComm::~MpiComm() {
-  if (progress_thread_.joinable()) {
-    stop_ = true;
-    progress_thread_.join();
-  }
+  stop_ = true;
+  if (progress_thread_.joinable()) progress_thread_.join();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (!is_world_) {
     int fin = 0;
     MPI_Finalized(&fin);
@@ -165,7 +177,9 @@ std::unique_ptr<Comm> MpiComm::split(int color, int key) {
   CommOptions o = options_;
   o.timeout_s = timeout();
   o.progress_thread = false;  // the world's thread drives MPI's (global) progress engine
-  return std::unique_ptr<Comm>(new MpiComm(sub, false, o));
+  auto c = std::unique_ptr<MpiComm>(new MpiComm(sub, false, o));
+  c->set_liveness(shared_liveness());  // the world's heartbeat watches every process
+  return c;
 }
 
 void MpiComm::abort(const std::string& message) { abort_job(message); }
@@ -220,6 +234,64 @@ void MpiComm::start_progress_thread() {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   });
+}
+
+void MpiComm::start_heartbeat_thread(double period_s, int misses) {
+  mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &hb_comm_), "MPI_Comm_dup (heartbeat)");
+  mpi_check(MPI_Comm_set_errhandler(hb_comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  set_liveness(std::make_shared<PeerLiveness>(size_, period_s, misses));
+  heartbeat_thread_ = std::thread([this] { heartbeat_loop(); });
+}
+
+void MpiComm::heartbeat_loop() {
+  // Runs beside the caller's compute, so a rank busy in a long op still answers: only a process
+  // that is stopped (SIGSTOP, a debugger), hung in the kernel or cut off goes silent. Errors of
+  // its MPI calls are ignored: the waits, not this thread, report failures.
+  PeerLiveness& live = *shared_liveness();
+  constexpr int kPing = 1, kAnswer = 2;
+  constexpr size_t kMaxInFlight = 256;  // sends to stopped peers may never complete
+  static const int payload = 0;
+  const double tick = std::clamp(live.period_s() / 8, 0.001, 0.05);
+  int inbox = 0;
+  MPI_Request recv = MPI_REQUEST_NULL;
+  MPI_Irecv(&inbox, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, hb_comm_, &recv);
+  std::vector<MPI_Request> sends;
+  std::vector<double> last_ping(static_cast<size_t>(size_), -1e300);
+  auto send = [&](int peer, int tag) {
+    if (sends.size() >= kMaxInFlight) return;
+    MPI_Request r = MPI_REQUEST_NULL;
+    if (MPI_Isend(&payload, 1, MPI_INT, peer, tag, hb_comm_, &r) == MPI_SUCCESS)
+      sends.push_back(r);
+  };
+  while (!stop_.load(std::memory_order_relaxed)) {
+    while (recv != MPI_REQUEST_NULL) {  // every message that has arrived
+      int flag = 0;
+      MPI_Status st;
+      if (MPI_Test(&recv, &flag, &st) != MPI_SUCCESS || !flag) break;
+      live.saw(st.MPI_SOURCE);
+      if (st.MPI_TAG == kPing) send(st.MPI_SOURCE, kAnswer);
+      recv = MPI_REQUEST_NULL;
+      MPI_Irecv(&inbox, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, hb_comm_, &recv);
+    }
+    std::erase_if(sends, [](MPI_Request& r) {
+      int done = 0;
+      return MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done;
+    });
+    const double now = now_seconds();
+    for (int p = 0; p < size_; ++p) {
+      double& last = last_ping[static_cast<size_t>(p)];
+      if (p == rank_ || !live.watched(p) || now - last < live.period_s()) continue;
+      send(p, kPing);
+      last = now;
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(tick));
+  }
+  if (recv != MPI_REQUEST_NULL) {
+    MPI_Cancel(&recv);
+    MPI_Wait(&recv, MPI_STATUS_IGNORE);
+  }
+  // Answers still in flight complete on their own (they are a few bytes, sent eagerly).
+  for (MPI_Request& r : sends) MPI_Request_free(&r);
 }
 
 }  // namespace hp

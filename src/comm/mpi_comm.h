@@ -44,6 +44,11 @@ class MpiComm final : public Comm {
  private:
   MpiComm(MPI_Comm comm, bool is_world, const CommOptions& options);
   void start_progress_thread();
+  // The heartbeat thread (world only; docs/comm.md): answers every ping from a peer, pings the
+  // peers this process's waits watch, and records each message in the shared PeerLiveness. Its
+  // messages travel on hb_comm_, a duplicate of the world, so they never meet the caller's.
+  void start_heartbeat_thread(double period_s, int misses);
+  void heartbeat_loop();
 
   MPI_Comm comm_;
   bool is_world_;
@@ -52,6 +57,8 @@ class MpiComm final : public Comm {
   CommOptions options_;
   std::atomic<bool> stop_{false};
   std::thread progress_thread_;
+  MPI_Comm hb_comm_ = MPI_COMM_NULL;
+  std::thread heartbeat_thread_;
 };
 
 }  // namespace hp

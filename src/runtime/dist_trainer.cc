@@ -92,7 +92,7 @@ void DistTrainer::save(const std::string& dir) {
         c.optimizer.push_back(*it);
       }
     c.trainer_state = state_.to_json();
-    save_checkpoint(dir, c);
+    save_checkpoint(dir, c, before_marker_);
   }
   world_.barrier();
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,9 @@ class DistTrainer : public TrainEngine {
   // single-process layout (tensors in model order). Collective over the world.
   void save(const std::string& dir) override;
   const TrainState& state() const override { return state_; }
+  // Runs on the writing rank in every save, after the checkpoint's files and before its marker
+  // (save_checkpoint's before_marker): the test-only fault injection of train_run.cc.
+  void set_before_checkpoint_marker(std::function<void()> fn) { before_marker_ = std::move(fn); }
 
   // Records the events of the following steps into `tl` (null: stop recording).
   void record_timeline(Timeline* tl) { timeline_ = tl; }
@@ -73,6 +77,7 @@ class DistTrainer : public TrainEngine {
   double bubble_ = 0;
   int64_t peak_stash_ = 0;
   TpGroup::Stats tp_stats_;
+  std::function<void()> before_marker_;
 };
 
 }  // namespace hp

@@ -309,19 +309,35 @@ void run_dist_training(Comm& world, const TrainRequest& f, const DistLaunchReque
   });
   DistTrainer& trainer = *trainer_ptr;
 
-  // Test-only fault injection (docs/executor.md): HP_TEST_KILL_RANK=R:N makes rank R kill
-  // itself with SIGKILL when step N starts, so tests can check that the job ends naming it.
+  // Test-only fault injection (docs/executor.md): HP_TEST_KILL_RANK=R:N[:WHEN] makes rank R
+  // raise SIGKILL when step N starts (WHEN = step, the default), SIGSTOP then (WHEN = stop), or
+  // SIGKILL in the middle of the save that follows step N, after its files and before its
+  // completion marker (WHEN = save; rank 0 writes checkpoints, so R must be 0). Tests check that
+  // the job ends naming the rank and that a checkpoint survives.
   int kill_rank = -1;
   long long kill_step = -1;
+  std::string kill_when = "step";
   if (const char* k = std::getenv("HP_TEST_KILL_RANK")) {
-    if (std::sscanf(k, "%d:%lld", &kill_rank, &kill_step) != 2)
-      throw Error(fmt::format("HP_TEST_KILL_RANK='{}' should be RANK:STEP, e.g. 1:3", k));
+    char when[16] = {};
+    const int n = std::sscanf(k, "%d:%lld:%15s", &kill_rank, &kill_step, when);
+    if (n == 3) kill_when = when;
+    if (n < 2 || (kill_when != "step" && kill_when != "stop" && kill_when != "save") ||
+        (kill_when == "save" && kill_rank != 0))
+      throw Error(fmt::format("HP_TEST_KILL_RANK='{}' should be RANK:STEP[:step|stop|save], e.g. "
+                              "1:3 or 1:3:stop or 0:4:save (only rank 0 saves)",
+                              k));
+  }
+  if (kill_when == "save" && world.rank() == kill_rank) {
+    trainer.set_before_checkpoint_marker([&] {
+      if (trainer.state().step == kill_step) std::raise(SIGKILL);
+    });
   }
   const int64_t end = last_step(f, trainer.state());
   // The last step is recorded when --trace or --timeline asks for it.
   Timeline tl;
   auto before = [&](int64_t next) {
-    if (world.rank() == kill_rank && next == kill_step) std::raise(SIGKILL);
+    if (world.rank() == kill_rank && next == kill_step && kill_when != "save")
+      std::raise(kill_when == "stop" ? SIGSTOP : SIGKILL);
     if (next == end && (!d.trace.empty() || !d.timeline.empty())) {
       tl = Timeline{P, "helixpipe train (measured)", {}};
       trainer.record_timeline(&tl);

@@ -16,11 +16,32 @@ namespace hp {
 
 namespace {
 
-void fsync_path(const std::string& path, bool directory) {
+// Returns 0, or for a file whose data did not reach the disk the errno of its fsync: no room
+// (ENOSPC, EDQUOT) or an I/O error. Other refusals (a file system without fsync) and every
+// directory are best effort: 0.
+int fsync_path(const std::string& path, bool directory) {
   int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) return;  // best effort for directories on filesystems that refuse it
-  ::fsync(fd);
+  if (fd < 0) return 0;
+  int err = ::fsync(fd) == 0 ? 0 : errno;
   ::close(fd);
+  if (directory || (err != ENOSPC && err != EDQUOT && err != EIO)) err = 0;
+  return err;
+}
+
+// The error for a failed write of `path`: NoSpaceError when the file system had no room.
+[[noreturn]] void write_failed(const std::string& path, int err) {
+  if (err == ENOSPC || err == EDQUOT) {
+    throw NoSpaceError(fmt::format("no space left while writing '{}' ({})", path,
+                                   std::strerror(err)),
+                       path, err);
+  }
+  if (err == EFBIG) {
+    throw NoSpaceError(fmt::format("no space left while writing '{}': the file size limit "
+                                   "(ulimit -f) was reached ({})",
+                                   path, std::strerror(err)),
+                       path, err);
+  }
+  fail("writing '{}' failed: {}", path, err != 0 ? std::strerror(err) : "unknown error (disk full?)");
 }
 
 }  // namespace
@@ -35,15 +56,21 @@ void write_file_atomic(const std::string& path, const std::function<void(std::os
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     HP_CHECK(out.good(), "cannot write '{}': {} (does the folder exist and is it writable?)", tmp,
              std::strerror(errno));
+    errno = 0;  // the failing write() leaves its reason here (the stream only sets badbit)
     writer(out);
     out.flush();
     if (!out.good()) {
+      const int err = errno;
       out.close();
       std::remove(tmp.c_str());
-      fail("writing '{}' failed (disk full?)", path);
+      write_failed(path, err);
     }
   }
-  fsync_path(tmp, false);
+  // Some file systems report a full disk only when the data reaches it.
+  if (const int err = fsync_path(tmp, false); err != 0) {
+    std::remove(tmp.c_str());
+    write_failed(path, err);
+  }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     std::remove(tmp.c_str());

@@ -7,9 +7,28 @@
 #include <string>
 #include <string_view>
 
+#include "util/error.h"
+
 namespace hp {
 
-// Writes `data` to `path` atomically. Throws hp::Error naming the path on any failure.
+// A write that failed because the file system had no room for it: a full disk (ENOSPC), a full
+// quota (EDQUOT) or the process's file size limit (EFBIG; RLIMIT_FSIZE, `ulimit -f`, with SIGXFSZ
+// ignored as the helixpipe binary does). Callers that know what the file belongs to (a checkpoint
+// save) catch it to say what is still intact.
+class NoSpaceError : public Error {
+ public:
+  NoSpaceError(const std::string& what, std::string path, int error_number)
+      : Error(what), path_(std::move(path)), error_number_(error_number) {}
+  const std::string& path() const { return path_; }  // the file being written
+  int error_number() const { return error_number_; }
+
+ private:
+  std::string path_;
+  int error_number_;
+};
+
+// Writes `data` to `path` atomically. Throws hp::Error naming the path on any failure (a
+// NoSpaceError when the file system had no room).
 void write_file_atomic(const std::string& path, std::string_view data);
 
 // Same, with the content produced by a callback writing into a stream (for large files).

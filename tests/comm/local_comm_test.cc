@@ -336,6 +336,65 @@ TEST(LocalComm, TimeoutComesFromTheEnvironment) {
   else unsetenv("HP_COMM_TIMEOUT");
 }
 
+// The heartbeat's knobs (MpiComm's; docs/comm.md) read like HP_COMM_TIMEOUT. In-process ranks have
+// no heartbeat: a stopped process stops all of them, and a stuck thread is the watchdog's case.
+TEST(LocalComm, HeartbeatSettingsComeFromTheEnvironment) {
+  struct Saved {
+    const char* name;
+    std::string value;
+    bool set;
+  };
+  std::vector<Saved> saved;
+  for (const char* n : {"HP_COMM_HEARTBEAT", "HP_COMM_HEARTBEAT_MISSES"}) {
+    const char* v = std::getenv(n);
+    saved.push_back({n, v ? v : "", v != nullptr});
+    unsetenv(n);
+  }
+  EXPECT_EQ(comm_heartbeat_from_env(), kDefaultHeartbeat);
+  EXPECT_EQ(comm_heartbeat_misses_from_env(), kDefaultHeartbeatMisses);
+  // The defaults find a stopped rank within 10-20 s of waiting on it.
+  EXPECT_GE((1 + kDefaultHeartbeatMisses) * kDefaultHeartbeat, 10);
+  EXPECT_LE((1 + kDefaultHeartbeatMisses) * kDefaultHeartbeat, 20);
+  setenv("HP_COMM_HEARTBEAT", "0.5", 1);
+  setenv("HP_COMM_HEARTBEAT_MISSES", "7", 1);
+  EXPECT_EQ(comm_heartbeat_from_env(), 0.5);
+  EXPECT_EQ(comm_heartbeat_misses_from_env(), 7);
+  setenv("HP_COMM_HEARTBEAT", "0", 1);  // off
+  EXPECT_EQ(comm_heartbeat_from_env(), 0);
+  for (const char* bad : {"abc", "-1", "2s", "inf"}) {
+    setenv("HP_COMM_HEARTBEAT", bad, 1);
+    EXPECT_THROW(comm_heartbeat_from_env(), Error) << bad;
+  }
+  for (const char* bad : {"0", "1", "-2", "1.5", "x"}) {
+    setenv("HP_COMM_HEARTBEAT_MISSES", bad, 1);
+    EXPECT_THROW(comm_heartbeat_misses_from_env(), Error) << bad;
+  }
+  EXPECT_EQ(LocalWorld(2).comm(0).liveness(), nullptr);
+  for (const Saved& s : saved) {
+    if (s.set) setenv(s.name, s.value.c_str(), 1);
+    else unsetenv(s.name);
+  }
+}
+
+TEST(LocalComm, PeerLivenessCountsSilenceFromTheLastAnswer) {
+  PeerLiveness live(3, 0.5, 4);
+  EXPECT_EQ(live.limit_s(), 2.0);
+  EXPECT_LT(live.last_seen(1), -1e100);  // never heard from
+  const double before = now_seconds();
+  live.saw(1);
+  EXPECT_GE(live.last_seen(1), before);
+  live.saw(7);  // not a rank: ignored
+  EXPECT_FALSE(live.watched(2));
+  live.watch(2);
+  live.watch(2);
+  live.unwatch(2);
+  EXPECT_TRUE(live.watched(2));
+  live.unwatch(2);
+  EXPECT_FALSE(live.watched(2));
+  EXPECT_THROW(PeerLiveness(2, 0, 3), Error);
+  EXPECT_THROW(PeerLiveness(2, 1, 1), Error);
+}
+
 TEST(LocalComm, PingPongGivesEveryRankRankZerosLinkFigures) {
   LocalWorld world(3, fast_timeout(30));
   std::vector<LinkEstimate> got(3);

@@ -1,13 +1,17 @@
 // MpiComm under mpirun: the same semantics LocalWorld tests, over OpenMPI, plus the failure paths
-// (a hung wait and a killed or failing rank must end the whole job with a message naming them).
+// (a hung wait and a killed, stopped or failing rank must end the whole job with a message naming
+// them) and the heartbeat's other half: a rank busy computing is not taken for a stopped one.
 // hp_mpi_test(comm_mpi_4ranks 4 60 --gtest_brief=1)
 // hp_mpi_test(comm_mpi_3ranks_progress_thread 3 60 --gtest_brief=1 --progress-thread)
 // hp_mpi_test(comm_mpi_watchdog 2 60 --mode=hang EXPECT_FAIL "rank 0 waits for recv of a message rank 1 never sends from rank 1 for 2 s")
 // hp_mpi_test(comm_mpi_killed_rank 3 60 --mode=kill EXPECT_FAIL "rank 1 .*(signal 9|Killed)")
 // hp_mpi_test(comm_mpi_failing_rank 3 60 --mode=throw EXPECT_FAIL "rank 2: error: deliberate failure")
+// hp_mpi_test(comm_mpi_stopped_rank 3 60 --mode=stop EXPECT_FAIL "rank 0 waits for a message from the stopped rank from rank 1: no heartbeat for [0-9] s .stopped or hung... waited [0-9] s" ENV HP_COMM_HEARTBEAT=0.25 HP_COMM_HEARTBEAT_MISSES=4)
+// hp_mpi_test(comm_mpi_busy_rank 2 60 --mode=busy ENV HP_COMM_HEARTBEAT=0.2 HP_COMM_HEARTBEAT_MISSES=3)
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -15,6 +19,7 @@
 
 #include "comm/mpi_comm.h"
 #include "util/error.h"
+#include "util/timer.h"
 
 namespace hp {
 namespace {
@@ -176,6 +181,51 @@ int run_failure_mode(Comm& c, const std::string& mode) {
     int x = 0;
     Request r = c.irecv(&x, sizeof x, 2, 0);
     c.wait(r, "a message from the failing rank");
+  } else if (mode == "stop") {
+    // Rank 1 is stopped (SIGSTOP: every thread of it, the heartbeat's too). Rank 0 waits on it
+    // through the pipeline-like sub-comm {0, 1}, so the message must name world ranks; rank 2
+    // waits on rank 0, which is alive, and must not be the one that reports.
+    HP_CHECK(c.liveness() != nullptr, "the heartbeat is off; set HP_COMM_HEARTBEAT");
+    auto pair = c.split(c.rank() < 2 ? 0 : 1, c.rank());
+    c.barrier();
+    if (c.rank() == 1) std::raise(SIGSTOP);
+    int x = 0;
+    if (c.rank() == 0) {
+      Request r = pair->irecv(&x, sizeof x, 1, 0);
+      pair->wait(r, "a message from the stopped rank");
+    } else {
+      Request r = c.irecv(&x, sizeof x, 0, 0);
+      c.wait(r, "a message rank 0 never sends");
+    }
+  } else if (mode == "busy") {
+    // Rank 1 computes for 3 s without entering MPI while rank 0 waits on it: far longer than the
+    // heartbeat's limit (0.2 s x 3 misses), yet its heartbeat thread answers, so the wait goes on.
+    const PeerLiveness* live = c.liveness();
+    HP_CHECK(live != nullptr, "the heartbeat is off; set HP_COMM_HEARTBEAT");
+    HP_CHECK(live->limit_s() < 1, "the heartbeat limit is {} s; this test needs < 1 s",
+             live->limit_s());
+    c.barrier();
+    int x = 0;
+    const double start = now_seconds();
+    if (c.rank() == 1) {
+      volatile double sink = 0;
+      while (now_seconds() - start < 3) {
+        for (int i = 0; i < 100000; ++i) sink = sink + 1e-9 * i;
+      }
+      x = 42;
+      Request s = c.isend(&x, sizeof x, 0, 0);
+      c.wait(s, "the busy rank's message");
+    } else if (c.rank() == 0) {
+      Request r = c.irecv(&x, sizeof x, 1, 0);
+      c.wait(r, "a message from a rank busy computing");
+      HP_CHECK(x == 42, "got {} from rank 1, expected 42", x);
+      HP_CHECK(now_seconds() - start > 2.5, "the wait ended after {} s; rank 1 computes 3 s",
+               now_seconds() - start);
+      // Rank 1 answered pings while it computed: its last answer came during the wait.
+      HP_CHECK(live->last_seen(1) > start + 1, "no heartbeat answer from rank 1 during the wait");
+    }
+    c.barrier();
+    if (c.rank() == 0) std::printf("busy rank: the wait lasted the 3 s of compute, no heartbeat trip\n");
   } else {
     fail("unknown --mode={}", mode);
   }
