@@ -85,7 +85,9 @@ void check_chart(const std::vector<StepRecord>& h) {
       EXPECT_LE(x, plot.x1 + 0.05);
       EXPECT_GE(y, plot.y0 - 0.05);
       EXPECT_LE(y, plot.y1 + 0.05);
-      if (lines == 1 && i < h.size()) EXPECT_NEAR(y, Y(h[i].loss), 0.06);
+      if (lines == 1 && i < h.size()) {
+        EXPECT_NEAR(y, Y(h[i].loss), 0.06);
+      }
       ++i;
     }
   }
