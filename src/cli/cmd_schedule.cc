@@ -63,7 +63,9 @@ int cmd_schedule(int argc, char** argv) {
     text = lowered_to_text(s);
   } else {
     const SimResult r = simulate_unit_costs(s);
-    text = format == "svg" ? render_svg(r.timeline) : render_chrome_trace(r.timeline);
+    SvgOptions svg_opt;
+    svg_opt.time_unit = kUnitCostTimeUnit;
+    text = format == "svg" ? render_svg(r.timeline, svg_opt) : render_chrome_trace(r.timeline);
   }
   if (out.empty()) {
     std::fwrite(text.data(), 1, text.size(), stdout);

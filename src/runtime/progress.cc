@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <vector>
 
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/nice_ticks.h"
 #include "util/timer.h"
 
 namespace hp {
@@ -133,8 +135,12 @@ std::string xml_escape(const std::string& s) {
 }  // namespace
 
 std::string loss_curve_svg(std::span<const StepRecord> history, const std::string& title) {
-  const double W = 720, H = 400, left = 64, right = 20, top = 36, bottom = 48;
-  const double pw = W - left - right, ph = H - top - bottom;
+  // The plot area, then below it the step ticks, the axis label and the legend (its own group, so
+  // nothing of it lies on the curves).
+  const double W = 720, left = 64, right = 20, top = 36, ph = 316;
+  const double pw = W - left - right;
+  const double legend_y = top + ph + 46, legend_line = 18;
+  const double H = legend_y + 2 * legend_line + 8;
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
       "font-family=\"sans-serif\" font-size=\"12\">\n"
@@ -142,40 +148,58 @@ std::string loss_curve_svg(std::span<const StepRecord> history, const std::strin
       "<text x=\"{}\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">{}</text>\n",
       W, H, W, H, W / 2, xml_escape(title));
   if (history.empty()) return svg + "<text x=\"50%\" y=\"50%\">no steps</text>\n</svg>\n";
-  double lo = history[0].loss, hi = history[0].loss;
+  bool any = false;
+  double lo = 0, hi = 1, first = 0;
   for (const auto& r : history) {
     if (!std::isfinite(r.loss)) continue;
-    lo = std::min(lo, r.loss);
-    hi = std::max(hi, r.loss);
+    if (!any) first = r.loss;
+    lo = any ? std::min(lo, r.loss) : r.loss;
+    hi = any ? std::max(hi, r.loss) : r.loss;
+    any = true;
   }
-  if (hi - lo < 1e-9) hi = lo + 1;
+  // A margin of 5% each side (not below zero for losses that cannot be negative), then out to the
+  // nearest round values (util/nice_ticks.h), which become the bottom and top of the plot;
+  // nice_ticks widens a flat curve itself.
   const double pad = 0.05 * (hi - lo);
-  lo -= pad;
-  hi += pad;
+  const NiceTicks yt = nice_ticks(lo >= 0 ? std::max(0.0, lo - pad) : lo - pad, hi + pad, 5);
+  lo = yt.lo;
+  hi = yt.hi;
+  // Ticks at both round ends and at every multiple of the step between them.
+  std::vector<double> y_values{lo};
+  for (double v : yt.values)
+    if (v > y_values.back() + yt.step / 2) y_values.push_back(v);
+  if (hi > y_values.back() + yt.step / 2) y_values.push_back(hi);
+
   const double s0 = static_cast<double>(history.front().step);
   const double s1 = std::max(s0 + 1, static_cast<double>(history.back().step));
+  const NiceTicks xt = nice_ticks(s0, s1, 6, 1.0);  // steps are whole numbers
   auto X = [&](double s) { return left + pw * (s - s0) / (s1 - s0); };
   auto Y = [&](double l) { return top + ph * (1 - (l - lo) / (hi - lo)); };
-  // Axes and ticks (5 per axis).
   svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#444\"/>\n",
                      left, top, pw, ph);
-  for (int i = 0; i <= 4; ++i) {
-    const double l = lo + (hi - lo) * i / 4, y = Y(l);
+  svg += "<g id=\"axis-loss\">\n";
+  for (double l : y_values) {
+    const double y = Y(l);
     svg += fmt::format("<line x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>"
-                       "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.3f}</text>\n",
-                       left, left + pw, y, y, left - 6, y + 4, l);
-    const double s = s0 + (s1 - s0) * i / 4, x = X(s);
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{:.0f}</text>\n", x,
-                       top + ph + 16, s);
+                       "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\" class=\"tick\">{}</text>\n",
+                       left, left + pw, y, y, left - 6, y + 4, yt.label(l));
   }
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">step</text>\n", left + pw / 2,
-                     H - 10);
   svg += fmt::format("<text x=\"14\" y=\"{}\" transform=\"rotate(-90 14 {})\" "
-                     "text-anchor=\"middle\">loss</text>\n",
+                     "text-anchor=\"middle\" class=\"axislabel\">loss</text>\n</g>\n",
                      top + ph / 2, top + ph / 2);
+  svg += "<g id=\"axis-step\">\n";
+  for (double st : xt.values) {
+    const double x = X(st);
+    svg += fmt::format("<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{}\" y2=\"{}\" stroke=\"#444\"/>"
+                       "<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\" class=\"tick\">{}</text>\n",
+                       x, x, top + ph, top + ph + 4, x, top + ph + 17, xt.label(st));
+  }
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" class=\"axislabel\">step"
+                     "</text>\n</g>\n",
+                     left + pw / 2, top + ph + 34);
   // Raw losses (light) and an exponential moving average (dark).
   std::string raw, smooth;
-  double ema = history[0].loss;
+  double ema = first;
   const double alpha = history.size() > 20 ? 0.1 : 0.5;
   for (const auto& r : history) {
     if (!std::isfinite(r.loss)) continue;
@@ -186,9 +210,20 @@ std::string loss_curve_svg(std::span<const StepRecord> history, const std::strin
   svg += "<polyline fill=\"none\" stroke=\"#9ecae1\" stroke-width=\"1\" points=\"" + raw + "\"/>\n";
   svg += "<polyline fill=\"none\" stroke=\"#08519c\" stroke-width=\"2\" points=\"" + smooth +
          "\"/>\n";
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\" fill=\"#08519c\">final {:.4f} "
-                     "(smoothed {:.4f})</text>\n",
-                     left + pw - 6, top + 16, history.back().loss, ema);
+  // The legend, under the axis label: what the two lines are, and where the run ended.
+  const double ly = legend_y;
+  svg += "<g id=\"legend\">\n";
+  svg += fmt::format(
+      "<line x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\" stroke=\"#9ecae1\" stroke-width=\"1\"/>"
+      "<text x=\"{}\" y=\"{}\">loss of each step</text>\n",
+      left, left + 24, ly + 6, ly + 6, left + 30, ly + 10);
+  svg += fmt::format(
+      "<line x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\" stroke=\"#08519c\" stroke-width=\"2\"/>"
+      "<text x=\"{}\" y=\"{}\">moving average (each new step weighs {})</text>\n",
+      left + 170, left + 194, ly + 6, ly + 6, left + 200, ly + 10, alpha);
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#08519c\">last step {}: loss {:.4f}  "
+                     "moving average {:.4f}</text>\n</g>\n",
+                     left, ly + legend_line + 10, history.back().step, history.back().loss, ema);
   return svg + "</svg>\n";
 }
 

@@ -68,7 +68,9 @@ class MetricsLog {
   std::ofstream out_;
 };
 
-// A self-contained SVG line chart of loss against step (raw points and a smoothed line).
+// A self-contained SVG line chart of loss against step (raw points and a smoothed line). Both axes
+// have ticks at round values (util/nice_ticks.h; whole numbers of steps), the loss axis runs from
+// one round value to another, and the legend (group "legend") sits below the axes.
 std::string loss_curve_svg(std::span<const StepRecord> history, const std::string& title);
 void write_loss_svg(const std::string& path, std::span<const StepRecord> history,
                     const std::string& title);

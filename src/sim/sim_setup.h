@@ -77,6 +77,13 @@ SimRun simulate_spec(const ScheduleSpec& spec, const CostSetup& c, bool record_t
 // free links, as in the papers' schedule figures.
 SimResult simulate_unit_costs(Schedule s);
 
+// What one time unit of simulate_unit_costs is, as the time axis of its SVG names it
+// (SvgOptions::time_unit in sim/timeline.h). A full backward B is I + W, so it takes 2 units per
+// part, and a recomputed forward part 1 more.
+inline constexpr const char* kUnitCostTimeUnit =
+    "units; 1 unit = one pre, attn or post part run once as F, I or W; a B of one part = 2; "
+    "embed, head and messages take 0";
+
 // Writes the timeline renderings requested (empty path = skip), temp-then-rename.
 void write_timelines(const SimResult& r, const std::string& svg_path, const std::string& trace_path);
 

@@ -6,8 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <utility>
+#include <vector>
 
 #include "sim/cost_model.h"
+#include "util/nice_ticks.h"
 
 namespace hp {
 
@@ -41,34 +45,39 @@ const char* fill_color(PartKind k, Dir d) {
   return kColors[static_cast<int>(k)][shade];
 }
 
-// A "nice" tick step (1, 2 or 5 times a power of ten) giving about `target` ticks over `span`.
-double tick_step(double span, int target) {
-  double raw = span / target;
-  double p10 = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double m : {1.0, 2.0, 5.0, 10.0})
-    if (m * p10 >= raw) return m * p10;
-  return 10 * p10;
-}
+// The axis unit: an abstract one named by the options, else seconds, milliseconds or microseconds
+// picked from the span (the same thresholds as human_seconds in src/util/human_units.h), so that
+// tick labels stay between about 1 and 1000.
+struct AxisUnit {
+  double per_second = 1;  // tick value = time x per_second
+  std::string name;
+};
 
-// Unit for axis labels chosen from the span.
-std::pair<double, const char*> time_unit(double span) {
-  if (span >= 10) return {1.0, "s"};
-  if (span >= 10e-3) return {1e3, "ms"};
+AxisUnit axis_unit(double span, const SvgOptions& opt) {
+  if (!opt.time_unit.empty()) return {1.0, opt.time_unit};
+  if (span >= 1) return {1.0, "s"};
+  if (span >= 1e-3) return {1e3, "ms"};
   return {1e6, "us"};
 }
 
-std::string fmt_time(double seconds) {
-  auto [scale, unit] = time_unit(std::max(std::abs(seconds) * 10, 1e-9));
-  return fmt::format("{:.4g} {}", seconds * scale, unit);
+// A time for tooltips and subtitles: in its own unit for seconds, a plain number otherwise.
+std::string fmt_time(double t, const SvgOptions& opt) {
+  if (!opt.time_unit.empty()) return fmt::format("{:.4g}", t);
+  AxisUnit u = axis_unit(std::abs(t), opt);
+  return fmt::format("{:.4g} {}", t * u.per_second, u.name);
 }
 
-constexpr double kLeft = 78;      // stage labels
-constexpr double kRight = 24;
-constexpr double kTitleH = 26;
-constexpr double kLegendH = 26;
-constexpr double kAxisH = 40;
+constexpr double kLeft = 78;   // stage labels
+constexpr double kRight = 24;  // room for the last tick label
+constexpr double kTitleH = 32;
+constexpr double kAxisH = 40;    // tick marks, tick labels, the axis label
+constexpr double kLegendGap = 6;  // between the axis label and the legend
+constexpr double kLegendLineH = 18;
+constexpr double kBottom = 6;
+constexpr double kCharW = 6.6;  // a generous width of one 11 px character, to lay text out
 
 // Draws one timeline's rows starting at y0 with the given time scale; returns the height used.
+// The rows and everything on them form one group of class "lanes".
 double draw_rows(std::string& svg, const Timeline& tl, const SvgOptions& opt, double y0,
                  double t_end, const std::string& subtitle) {
   const double row = opt.row_px;
@@ -81,6 +90,7 @@ double draw_rows(std::string& svg, const Timeline& tl, const SvgOptions& opt, do
                        y + 14, xml_escape(subtitle));
     y += 20;
   }
+  svg += "<g class=\"lanes\">\n";
   for (int s = 0; s < tl.num_stages; ++s) {
     double ry = y + s * row;
     svg += fmt::format(
@@ -94,7 +104,8 @@ double draw_rows(std::string& svg, const Timeline& tl, const SvgOptions& opt, do
     double x = kLeft + e.start * px_per_s;
     double w = std::max((e.end - e.start) * px_per_s, 0.0);
     double ry = y + e.stage * row + 2;
-    std::string tip = fmt::format("{}  [{} .. {}]", e.name, fmt_time(e.start), fmt_time(e.end));
+    std::string tip = fmt::format("{}  [{} .. {}]", e.name, fmt_time(e.start, opt),
+                                  fmt_time(e.end, opt));
     if (e.is_compute()) {
       svg += fmt::format(
           "<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" fill=\"{}\" "
@@ -123,55 +134,112 @@ double draw_rows(std::string& svg, const Timeline& tl, const SvgOptions& opt, do
           xml_escape(tip));
     }
   }
+  svg += "</g>\n";
   return y + tl.num_stages * row - y0;
 }
 
+// The time axis under the lanes (group "axis"): ticks at round values of the unit (util/nice_ticks.h)
+// and the label "time (<unit>)". Takes kAxisH of height below y.
 void draw_axis(std::string& svg, const SvgOptions& opt, double y, double t_end) {
-  if (t_end <= 0) return;
-  auto [scale, unit] = time_unit(t_end);
-  double step = tick_step(t_end, 10);
-  svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" class=\"axis\"/>\n",
-                     kLeft, y, kLeft + opt.width_px, y);
-  for (int i = 0;; ++i) {
-    double t = i * step;
-    if (t > t_end * (1 + 1e-9)) break;
-    double x = kLeft + t / t_end * opt.width_px;
-    svg += fmt::format("<line x1=\"{:.2f}\" y1=\"{:.1f}\" x2=\"{:.2f}\" y2=\"{:.1f}\" class=\"axis\"/>"
-                       "<text x=\"{:.2f}\" y=\"{:.1f}\" class=\"tick\">{:.4g}</text>\n",
-                       x, y, x, y + 5, x, y + 17, t * scale);
+  svg += "<g id=\"axis\">\n";
+  const AxisUnit unit = axis_unit(t_end, opt);
+  if (t_end > 0) {
+    const double span = t_end * unit.per_second;
+    svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" class=\"axis\"/>\n",
+                       kLeft, y, kLeft + opt.width_px, y);
+    // About one tick per 110 px (10 over the default 1400), so that labels never crowd.
+    const NiceTicks ticks =
+        nice_ticks(0, span, std::clamp(static_cast<int>(opt.width_px / 110), 2, 10));
+    for (double v : ticks.values) {
+      const double x = kLeft + v / span * opt.width_px;
+      svg += fmt::format(
+          "<line x1=\"{:.2f}\" y1=\"{:.1f}\" x2=\"{:.2f}\" y2=\"{:.1f}\" class=\"axis\"/>"
+          "<text x=\"{:.2f}\" y=\"{:.1f}\" class=\"tick\">{}</text>\n",
+          x, y, x, y + 5, x, y + 17, ticks.label(v));
+    }
   }
-  svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\">time ({})</text>\n",
-                     kLeft + opt.width_px / 2, y + 33, unit);
+  svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"axislabel\">time ({})</text>\n",
+                     kLeft + opt.width_px / 2, y + 33, xml_escape(unit.name));
+  svg += "</g>\n";
 }
 
-void draw_legend(std::string& svg, double y) {
-  double x = kLeft;
-  const PartKind kinds[] = {PartKind::kEmbed, PartKind::kPre, PartKind::kAttn, PartKind::kPost,
-                            PartKind::kHead};
-  for (PartKind k : kinds) {
-    for (Dir d : {Dir::kF, Dir::kB, Dir::kW}) {
-      svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"12\" height=\"12\" fill=\"{}\"/>",
-                         x, y, fill_color(k, d));
-      x += 13;
-    }
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"legend\">{}</text>\n", x + 3,
-                       y + 10, part_kind_str(k));
-    x += 52;
+// One legend entry: its width and how to draw it with its top-left corner at (x, y).
+struct LegendItem {
+  double width = 0;
+  std::function<std::string(double x, double y)> draw;
+};
+
+double text_width(const std::string& s) { return kCharW * static_cast<double>(s.size()); }
+
+std::vector<LegendItem> legend_items(const SvgOptions& opt) {
+  std::vector<LegendItem> items;
+  auto text = [](double x, double y, const std::string& s) {
+    return fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"legend\">{}</text>", x, y + 10,
+                       xml_escape(s));
+  };
+  for (PartKind k : {PartKind::kEmbed, PartKind::kPre, PartKind::kAttn, PartKind::kPost,
+                     PartKind::kHead}) {
+    const std::string name = part_kind_str(k);
+    items.push_back({3 * 13 + 3 + text_width(name), [k, name, text](double x, double y) {
+                       std::string out;
+                       for (Dir d : {Dir::kF, Dir::kB, Dir::kW}) {
+                         out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"12\" "
+                                            "height=\"12\" fill=\"{}\"/>",
+                                            x, y, fill_color(k, d));
+                         x += 13;
+                       }
+                       return out + text(x + 3, y, name);
+                     }});
   }
-  svg += fmt::format(
-      "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"legend\">shades: F (light), B/I, W (dark); "
-      "number = micro-batch; colour = first part of the op</text>",
-      x + 6, y + 10);
-  x += 430;
-  svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"18\" height=\"12\" "
-                     "fill=\"url(#hatch)\"/><text x=\"{:.1f}\" y=\"{:.1f}\" class=\"legend\">"
-                     "waiting on a message</text>",
-                     x, y, x + 22, y + 10);
-  x += 150;
-  svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"18\" height=\"5\" fill=\"#5b6b7d\"/>"
-                     "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"18\" height=\"5\" fill=\"#a3b3c4\"/>"
-                     "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"legend\">send / receive</text>\n",
-                     x, y + 1, x, y + 7, x + 22, y + 10);
+  for (std::string note : {"shade: F light, B or I middle, W dark", "colour: the op's first part",
+                           "number: micro-batch"}) {
+    items.push_back({text_width(note), [note, text](double x, double y) {
+                       return text(x, y, note);
+                     }});
+  }
+  if (opt.show_waits) {
+    const std::string note = "waiting on a message";
+    items.push_back({22 + text_width(note), [note, text](double x, double y) {
+                       return fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"18\" "
+                                          "height=\"12\" fill=\"url(#hatch)\"/>",
+                                          x, y) +
+                              text(x + 22, y, note);
+                     }});
+  }
+  if (opt.show_transfers) {
+    const std::string note = "send / receive";
+    items.push_back({22 + text_width(note), [note, text](double x, double y) {
+                       return fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"18\" "
+                                          "height=\"5\" fill=\"#5b6b7d\"/><rect x=\"{:.1f}\" "
+                                          "y=\"{:.1f}\" width=\"18\" height=\"5\" "
+                                          "fill=\"#a3b3c4\"/>",
+                                          x, y + 1, x, y + 7) +
+                              text(x + 22, y, note);
+                     }});
+  }
+  return items;
+}
+
+// The legend (group "legend") below everything else, starting at y: entries flow left to right
+// and wrap at the right edge of the lanes; an entry wider than that gets a line of its own and
+// widens the picture. Returns {height, rightmost x drawn}.
+std::pair<double, double> draw_legend(std::string& svg, const SvgOptions& opt, double y) {
+  constexpr double kGap = 18;
+  const double right_edge = kLeft + opt.width_px;
+  double x = kLeft, right = kLeft;
+  int lines = 1;
+  svg += "<g id=\"legend\">\n";
+  for (const LegendItem& item : legend_items(opt)) {
+    if (x > kLeft && x + item.width > right_edge) {
+      x = kLeft;
+      ++lines;
+    }
+    svg += item.draw(x, y + (lines - 1) * kLegendLineH) + "\n";
+    right = std::max(right, x + item.width);
+    x += item.width + kGap;
+  }
+  svg += "</g>\n";
+  return {lines * kLegendLineH, right};
 }
 
 std::string svg_open(double w, double h) {
@@ -184,49 +252,49 @@ std::string svg_open(double w, double h) {
       "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#c9a0a0\" stroke-width=\"2\"/>"
       "</pattern></defs>\n"
       "<style>.stage{{font-size:12px;text-anchor:end}} .mb{{text-anchor:middle}} "
-      ".tick{{font-size:11px;text-anchor:middle}} .axis{{stroke:#444;stroke-width:1}} "
+      ".tick,.axislabel{{font-size:11px;text-anchor:middle}} .axis{{stroke:#444;stroke-width:1}} "
       ".legend{{font-size:11px}} .title{{font-size:15px;font-weight:bold}} "
       ".sub{{font-size:13px;font-weight:bold}} .op{{stroke:#fff;stroke-width:0.4}}</style>\n"
       "<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n",
-      w, h, w, h);
+      std::ceil(w), std::ceil(h), std::ceil(w), std::ceil(h));
+}
+
+// Title, the lanes drawn by `rows` from y = kTitleH on, the axis, then the legend; the picture's
+// size is whatever that took.
+template <typename Rows>
+std::string render(const std::string& title, const SvgOptions& opt, double t_end, Rows rows) {
+  std::string body = fmt::format("<text x=\"{}\" y=\"20\" class=\"title\">{}</text>\n", kLeft,
+                                 xml_escape(title));
+  double y = kTitleH + rows(body);
+  draw_axis(body, opt, y + 2, t_end);
+  y += 2 + kAxisH + kLegendGap;
+  auto [legend_h, legend_right] = draw_legend(body, opt, y);
+  const double width = std::max(kLeft + opt.width_px, legend_right) + kRight;
+  return svg_open(width, y + legend_h + kBottom) + body + "</svg>\n";
 }
 
 }  // namespace
 
 std::string render_svg(const Timeline& tl, const SvgOptions& opt) {
-  double t_end = opt.time_end > 0 ? opt.time_end : tl.end_time();
-  double rows_h = tl.num_stages * opt.row_px;
-  double height = kTitleH + kLegendH + rows_h + kAxisH;
-  std::string svg = svg_open(kLeft + opt.width_px + kRight, height);
-  svg += fmt::format("<text x=\"{}\" y=\"18\" class=\"title\">{}</text>\n", kLeft,
-                     xml_escape(tl.title));
-  draw_legend(svg, kTitleH);
-  double y = kTitleH + kLegendH;
-  y += draw_rows(svg, tl, opt, y, t_end, "");
-  draw_axis(svg, opt, y + 2, t_end);
-  svg += "</svg>\n";
-  return svg;
+  const double t_end = opt.time_end > 0 ? opt.time_end : tl.end_time();
+  return render(tl.title, opt, t_end, [&](std::string& svg) {
+    return draw_rows(svg, tl, opt, kTitleH, t_end, "");
+  });
 }
 
 std::string render_side_by_side(const Timeline& predicted, const Timeline& measured,
                                 const SvgOptions& opt) {
-  double t_end = opt.time_end > 0 ? opt.time_end
-                                  : std::max(predicted.end_time(), measured.end_time());
-  double h1 = predicted.num_stages * opt.row_px + 20, h2 = measured.num_stages * opt.row_px + 20;
-  double height = kTitleH + kLegendH + h1 + 12 + h2 + kAxisH;
-  std::string svg = svg_open(kLeft + opt.width_px + kRight, height);
-  svg += fmt::format("<text x=\"{}\" y=\"18\" class=\"title\">{}</text>\n", kLeft,
-                     xml_escape(predicted.title + " — predicted vs measured"));
-  draw_legend(svg, kTitleH);
-  double y = kTitleH + kLegendH;
-  y += draw_rows(svg, predicted, opt, y, t_end,
-                 fmt::format("predicted (simulated): {}", fmt_time(predicted.end_time())));
-  y += 12;
-  y += draw_rows(svg, measured, opt, y, t_end,
-                 fmt::format("measured: {}", fmt_time(measured.end_time())));
-  draw_axis(svg, opt, y + 2, t_end);
-  svg += "</svg>\n";
-  return svg;
+  const double t_end = opt.time_end > 0 ? opt.time_end
+                                        : std::max(predicted.end_time(), measured.end_time());
+  return render(predicted.title + " — predicted vs measured", opt, t_end, [&](std::string& svg) {
+    double h = draw_rows(svg, predicted, opt, kTitleH, t_end,
+                         fmt::format("predicted (simulated): {}",
+                                     fmt_time(predicted.end_time(), opt)));
+    h += 12;
+    h += draw_rows(svg, measured, opt, kTitleH + h, t_end,
+                   fmt::format("measured: {}", fmt_time(measured.end_time(), opt)));
+    return h;
+  });
 }
 
 std::string render_chrome_trace(const Timeline& tl) {

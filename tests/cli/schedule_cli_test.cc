@@ -8,9 +8,17 @@
 #include <vector>
 
 #include "run_cli.h"
+#include "../svg_test_util.h"
 
 namespace hp::test {
 namespace {
+
+std::vector<SvgNode> svg_nodes_or_fail(const std::string& svg) {
+  std::vector<SvgNode> nodes = parse_svg(svg);
+  EXPECT_FALSE(nodes.empty());
+  if (nodes.empty() || nodes[0].tag != "svg") ADD_FAILURE() << "no <svg> first";
+  return nodes;
+}
 
 std::string data(const std::string& name) { return cli_source_dir() + "/tests/cli/data/" + name; }
 
@@ -111,6 +119,52 @@ TEST(ScheduleCli, PicturesAreProduced) {
   auto j = nlohmann::json::parse(trace.out);
   EXPECT_TRUE(j.contains("traceEvents"));
   EXPECT_GT(j["traceEvents"].size(), 8u);
+}
+
+// The schedule picture counts abstract time units, and its axis says what one is; the claim is
+// checked on one stage, where an F of embed..head (one pre, attn and post part) lasts 3 units and
+// its B 6.
+TEST(ScheduleCli, SvgAxisNamesTheTimeUnitWithRoundTicksAndALegendBelow) {
+  CliResult r = run_cli("schedule --schedule=1f1b --stages=1 --microbatches=2 --layers=1 --format=svg");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto nodes = svg_nodes_or_fail(r.out);
+  auto label = texts(nodes, "axis", "axislabel");
+  ASSERT_EQ(label.size(), 1u);
+  EXPECT_EQ(label[0]->text.rfind("time (units; 1 unit = one pre, attn or post part run once as F, "
+                                 "I or W; a B of one part = 2", 0),
+            0u)
+      << label[0]->text;
+  bool f_tip = false, b_tip = false;
+  for (const SvgNode& n : nodes) {
+    if (n.tag != "title") continue;
+    f_tip |= n.text == "F0 embed..head  [0 .. 3]";
+    b_tip |= n.text == "B0 head..embed  [3 .. 9]";  // a backward lists its parts last first
+  }
+  EXPECT_TRUE(f_tip);
+  EXPECT_TRUE(b_tip);
+  std::vector<std::string> ticks;
+  for (const SvgNode* t : texts(nodes, "axis", "tick")) ticks.push_back(t->text);
+  std::vector<double> v;
+  ASSERT_TRUE(round_tick_labels(ticks, &v));
+  EXPECT_EQ(v.back(), 18);  // 2 micro-batches x (3 + 6) units
+
+  // The figure of docs/schedules.md: the legend's rectangles are off the lanes.
+  CliResult h = run_cli("schedule --schedule=helix --stages=4 --microbatches=8 --layers=4 "
+                        "--folds=2 --format=svg");
+  ASSERT_EQ(h.code, 0) << h.err;
+  nodes = svg_nodes_or_fail(h.out);
+  const Box lanes = rects_bbox(nodes, "lanes");
+  int legend_rects = 0;
+  for (const SvgNode& n : nodes) {
+    if (n.tag != "rect" || !n.in("legend")) continue;
+    ++legend_rects;
+    EXPECT_FALSE(rect_box(n).intersects(lanes));
+    EXPECT_LE(rect_box(n).y1, nodes[0].num("height"));
+  }
+  EXPECT_GE(legend_rects, 15);
+  ticks.clear();
+  for (const SvgNode* t : texts(nodes, "axis", "tick")) ticks.push_back(t->text);
+  EXPECT_TRUE(round_tick_labels(ticks));
 }
 
 TEST(ScheduleCli, LoweredListingShowsMessages) {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "run_cli.h"
+#include "../svg_test_util.h"
 
 namespace {
 
@@ -98,6 +99,21 @@ TEST(SimulateCli, ModelAndDeviceGiveThroughputMemoryAndTimelines) {
   std::string s = slurp(svg);
   EXPECT_NE(s.find("<svg"), std::string::npos);
   EXPECT_NE(s.find("</svg>"), std::string::npos);
+  // The time axis is in the unit the makespan calls for, with round ticks up to about it (the
+  // picture ends with its last event, which may be a message after the last compute).
+  const double makespan = j["makespan"].get<double>();
+  const char* unit = makespan >= 1 ? "s" : makespan >= 1e-3 ? "ms" : "us";
+  const double per_s = makespan >= 1 ? 1 : makespan >= 1e-3 ? 1e3 : 1e6;
+  const auto nodes = hp::test::parse_svg(s);
+  const auto label = hp::test::texts(nodes, "axis", "axislabel");
+  ASSERT_EQ(label.size(), 1u);
+  EXPECT_EQ(label[0]->text, std::string("time (") + unit + ")");
+  std::vector<std::string> ticks;
+  for (const auto* t : hp::test::texts(nodes, "axis", "tick")) ticks.push_back(t->text);
+  std::vector<double> v;
+  ASSERT_TRUE(hp::test::round_tick_labels(ticks, &v));
+  EXPECT_LE(v.back(), makespan * per_s * 1.02);
+  EXPECT_GT(v.back() + (v[1] - v[0]), makespan * per_s * 0.98);
   auto t = nlohmann::json::parse(slurp(trace));
   EXPECT_GT(t["traceEvents"].size(), 100u);
 }
