@@ -3,13 +3,14 @@
 # SECONDS seconds (default 30), starting from its seed corpus tests/fuzz_corpus/<target>/
 # (docs/formats/fuzzing.md).
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]
-#   TARGET: token_files schedule model_config safetensors checkpoint train_state sim_inputs
+#   TARGET: token_files schedule model_config safetensors checkpoint shard_index train_state
+#           sim_inputs
 # Environment: HP_FUZZ_JOBS (build jobs, default nproc); HP_FUZZ_NICE=1 runs build and fuzzing
 # under nice. Exit code 0 = no crash, leak or timeout; otherwise the inputs that failed are under
 # build-fuzz/crashes/<target>/ (reproduce one with build-fuzz/fuzz/fuzz_<target> FILE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-all=(token_files schedule model_config safetensors checkpoint train_state sim_inputs)
+all=(token_files schedule model_config safetensors checkpoint shard_index train_state sim_inputs)
 secs=${1:-30}
 [ $# -gt 0 ] && shift
 targets=("$@")

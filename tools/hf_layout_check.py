@@ -8,12 +8,16 @@ cat(freqs, freqs) and inv_freq = theta^(-2i/d); grouped-query heads where query 
 key/value head j // (heads / kv_heads) (repeat_kv); RMSNorm x * rsqrt(mean(x^2) + eps) * w;
 SwiGLU down(silu(gate(x)) * up(x)); lm_head or the tied embedding; mean cross-entropy.
 
-Two directions:
+Both directions, and the interoperation forms:
   1. `helixpipe init` writes a model; this script loads it, computes the loss and every gradient
      on the sequences `helixpipe grad` is specified to use, and compares with `helixpipe grad`.
   2. This script writes a model folder as transformers' save_pretrained would (config.json with
      its extra keys, safetensors with format=pt, tied embeddings without lm_head.weight) and checks
      that `helixpipe grad` reads the same model (same loss and gradients).
+  3. The same in bfloat16 and sharded, as save_pretrained(max_shard_size=...) of a bf16 model
+     writes it: BF16 tensors rounded by torch, two shards and model.safetensors.index.json.
+  4. `helixpipe train --save-dtype=bf16` and the same run saved in f32: the BF16 file holds
+     exactly torch's own rounding (to nearest even) of the f32 weights.
 
 usage: tools/hf_layout_check.py HELIXPIPE_BINARY WORK_DIR   (exit 0 when everything matches)
 """
@@ -46,11 +50,15 @@ def read_safetensors(path):
     return out
 
 
-def write_safetensors(path, tensors, metadata):
+def write_safetensors(path, tensors, metadata, dtype="F32"):
     header, chunks, offset = {"__metadata__": metadata}, [], 0
     for name, t in tensors.items():
-        raw = array.array("f", t.detach().to(torch.float32).flatten().tolist()).tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        if dtype == "BF16":  # torch rounds to nearest even; the bits are written as int16
+            bits = t.detach().to(torch.bfloat16).flatten().view(torch.int16).tolist()
+            raw = array.array("h", bits).tobytes()
+        else:
+            raw = array.array("f", t.detach().to(torch.float32).flatten().tolist()).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
         chunks.append(raw)
         offset += len(raw)
     h = json.dumps(header).encode()
@@ -219,6 +227,43 @@ def main():
     write_safetensors(os.path.join(hf, "model.safetensors"), dict(sorted(w.items())), {"format": "pt"})
     weights = {n: t.to(torch.float32).to(torch.float64) for n, t in w.items()}
     ok &= compare("transformers-style folder -> helixpipe", cfg, weights, binary, hf, data, work)
+
+    # 3. The same model as a sharded bf16 folder -> helixpipe reads the bf16 values.
+    sharded = os.path.join(work, "hf_bf16_sharded")
+    os.makedirs(sharded, exist_ok=True)
+    with open(os.path.join(sharded, "config.json"), "w") as f:
+        json.dump(dict(cfg, torch_dtype="bfloat16"), f)
+    names = sorted(w)
+    parts = [names[:len(names) // 2], names[len(names) // 2:]]
+    weight_map = {}
+    for i, part in enumerate(parts):
+        shard = f"model-{i + 1:05d}-of-{len(parts):05d}.safetensors"
+        write_safetensors(os.path.join(sharded, shard), {n: w[n] for n in part}, {"format": "pt"},
+                          dtype="BF16")
+        weight_map.update({n: shard for n in part})
+    with open(os.path.join(sharded, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": 2 * sum(t.numel() for t in w.values())},
+                   "weight_map": weight_map}, f)
+    weights = {n: t.to(torch.bfloat16).to(torch.float64) for n, t in w.items()}
+    ok &= compare("sharded bf16 folder -> helixpipe", cfg, weights, binary, sharded, data, work)
+
+    # 4. train --save-dtype=bf16 against torch's rounding of the same run saved in f32.
+    run = [binary, "train", f"--model={cfg_path}", f"--data={data}", "--seq-len=16", "--steps=2",
+           "--threads=1", "--seed=5"]
+    saved = {}
+    for dtype in ("fp32", "bf16"):
+        out = os.path.join(work, f"trained_{dtype}")
+        r = subprocess.run(run + [f"--save={out}", f"--save-dtype={dtype}"], capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            sys.exit(f"helixpipe train failed:\n{r.stdout}{r.stderr}")
+        saved[dtype] = read_safetensors(os.path.join(out, "model.safetensors"))
+    mismatched = [n for n, t in saved["fp32"].items()
+                  if not torch.equal(t.to(torch.float32).to(torch.bfloat16).to(torch.float64),
+                                     saved["bf16"][n])]
+    print(f"train --save-dtype=bf16: {len(saved['bf16'])} tensors, "
+          f"{len(mismatched)} differ from torch's bf16 rounding of the f32 save")
+    ok &= not mismatched and set(saved["fp32"]) == set(saved["bf16"])
 
     print("OK" if ok else "MISMATCH")
     return 0 if ok else 1

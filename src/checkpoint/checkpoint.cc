@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -47,7 +48,8 @@ nlohmann::json parse_json_file(const fs::path& path, const char* what) {
 // A folder we may replace: empty, or something that looks like a checkpoint we (or HF) wrote.
 bool replaceable(const fs::path& dir) {
   if (fs::is_empty(dir)) return true;
-  return fs::exists(dir / kMarkerFile) || fs::exists(dir / kModelFile);
+  return fs::exists(dir / kMarkerFile) || fs::exists(dir / kModelFile) ||
+         fs::exists(dir / kModelIndexFile);
 }
 
 std::string unique_suffix() {
@@ -91,8 +93,9 @@ bool holds_only_checkpoint_files(const fs::path& dir) {
     if (!it->is_regular_file(ec) || it->is_symlink(ec)) return false;
     const std::string n = it->path().filename().string();
     bool known = false;
-    for (const char* f :
-         {kConfigFile, kModelFile, kOptimizerFile, kTrainerStateFile, kMarkerFile}) {
+    for (const char* f : {kConfigFile, kModelFile, kOptimizerFile, kTrainerStateFile,
+                          kGenerationConfigFile, kTokenizerFile, kTokenizerConfigFile,
+                          kMarkerFile}) {
       const std::string hidden = std::string(".") + f + ".tmp.";
       known = known || n == f ||
               (n.compare(0, hidden.size(), hidden) == 0 &&
@@ -162,15 +165,39 @@ fs::path check_checkpoint_destination(const std::string& dir_arg) {
   if (fs::exists(dir)) {
     HP_CHECK(fs::is_directory(dir), "checkpoint path '{}' exists and is not a folder", dir.string());
     HP_CHECK(replaceable(dir),
-             "refusing to replace '{}': it is neither empty nor a checkpoint (no {} or {}); choose "
-             "another --out/--save folder",
-             dir.string(), kMarkerFile, kModelFile);
+             "refusing to replace '{}': it is neither empty nor a checkpoint (no {}, {} or {}); "
+             "choose another --out/--save folder",
+             dir.string(), kMarkerFile, kModelFile, kModelIndexFile);
   }
   return dir;
 }
 
 void save_checkpoint(const std::string& dir_arg, const CheckpointContents& contents,
                      const std::function<void()>& before_marker) {
+  const bool bf16 = contents.model_dtype == StDType::kBF16;
+  HP_CHECK(bf16 || contents.model_dtype == StDType::kF32,
+           "internal: checkpoints store the model as F32 or BF16, not {}",
+           st_dtype_name(contents.model_dtype));
+  HP_CHECK(!bf16 || contents.optimizer.empty(),
+           "internal: a BF16 checkpoint is not resumable and takes no optimizer state");
+  nlohmann::json config = contents.config;
+  std::vector<StWriteTensor> model = contents.model;
+  std::vector<std::vector<uint16_t>> rounded;  // the BF16 copies `model` points into
+  if (bf16) {
+    if (config.is_object()) config["torch_dtype"] = "bfloat16";
+    rounded.reserve(model.size());
+    for (StWriteTensor& t : model) {
+      HP_CHECK(t.dtype == StDType::kF32, "internal: tensor '{}' to round to BF16 is {}, not F32",
+               t.name, st_dtype_name(t.dtype));
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      std::vector<uint16_t>& r = rounded.emplace_back(static_cast<size_t>(std::max<int64_t>(n, 0)));
+      const float* src = static_cast<const float*>(t.data);
+      for (int64_t i = 0; i < n; ++i) r[i] = f32_to_bf16_bits(src[i]);
+      t.dtype = StDType::kBF16;
+      t.data = r.data();
+    }
+  }
   const fs::path dir = check_checkpoint_destination(dir_arg);
   const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
   const bool exists = fs::exists(dir);
@@ -186,11 +213,18 @@ void save_checkpoint(const std::string& dir_arg, const CheckpointContents& conte
       MappedFile f((tmp / name).string());
       files[name] = {{"bytes", f.size()}, {"crc32", hex32(crc32(f.data(), f.size()))}};
     };
-    write_file_atomic((tmp / kConfigFile).string(), contents.config.dump(2) + "\n");
-    record(kConfigFile);
+    auto write_json = [&](const char* name, const nlohmann::json& j) {
+      write_file_atomic((tmp / name).string(), j.dump(2) + "\n");
+      record(name);
+    };
+    write_json(kConfigFile, config);
     // transformers refuses safetensors without format=pt in the metadata.
-    write_safetensors((tmp / kModelFile).string(), contents.model, {{"format", "pt"}});
+    write_safetensors((tmp / kModelFile).string(), model, {{"format", "pt"}});
     record(kModelFile);
+    // What Hugging Face tools read beside the model: generation defaults and the tokenizer.
+    write_json(kGenerationConfigFile, generation_config_json(config));
+    if (const auto tok = byte_tokenizer_json(config)) write_json(kTokenizerFile, *tok);
+    if (const auto tok = byte_tokenizer_config_json(config)) write_json(kTokenizerConfigFile, *tok);
     if (!contents.optimizer.empty()) {
       write_safetensors((tmp / kOptimizerFile).string(), contents.optimizer,
                         {{"format", "helixpipe-adamw"}});
@@ -203,6 +237,8 @@ void save_checkpoint(const std::string& dir_arg, const CheckpointContents& conte
     if (before_marker) before_marker();
     nlohmann::json marker = {{"format", "helixpipe-checkpoint"},
                              {"version", kCheckpointVersion},
+                             {"model_dtype", st_dtype_name(contents.model_dtype)},
+                             {"resumable", !bf16},
                              {"files", files}};
     write_file_atomic((tmp / kMarkerFile).string(), marker.dump(2) + "\n");
     fsync_dir(tmp);
@@ -273,17 +309,42 @@ CheckpointInfo open_checkpoint(const std::string& dir_arg) {
                "checkpoint '{}' is corrupt: '{}' has CRC32 {}, the marker recorded {}", dir_arg,
                it.key(), crc, it.value()["crc32"].get<std::string>());
     }
-    for (const char* required : {kConfigFile, kModelFile}) {
-      HP_CHECK(marker["files"].contains(required),
-               "checkpoint marker '{}' does not list '{}'", (dir / kMarkerFile).string(), required);
-    }
-    // The marker is the list of what the save wrote: a training file it does not list was not
-    // verified, so it is refused rather than loaded unchecked.
-    for (const char* optional : {kOptimizerFile, kTrainerStateFile}) {
-      HP_CHECK(marker["files"].contains(optional) || !fs::exists(dir / optional),
+    const nlohmann::json& files = marker["files"];
+    HP_CHECK(files.contains(kConfigFile), "checkpoint marker '{}' does not list '{}'",
+             (dir / kMarkerFile).string(), kConfigFile);
+    HP_CHECK(files.contains(kModelFile) || files.contains(kModelIndexFile),
+             "checkpoint marker '{}' does not list '{}'", (dir / kMarkerFile).string(),
+             kModelFile);
+    // The marker is the list of what the save wrote: a file that is loaded but not listed was
+    // not verified, so it is refused rather than loaded unchecked.
+    for (const char* optional : {kOptimizerFile, kTrainerStateFile, kModelFile, kModelIndexFile}) {
+      HP_CHECK(files.contains(optional) || !fs::exists(dir / optional),
                "checkpoint '{}' has '{}' but its marker '{}' does not list it, so it cannot be "
                "verified; remove the file, or use an earlier checkpoint",
                dir_arg, optional, kMarkerFile);
+    }
+    if (files.contains(kModelIndexFile)) {  // and so are the shards the index names
+      const auto map = parse_shard_index(read_file((dir / kModelIndexFile).string()),
+                                         (dir / kModelIndexFile).string());
+      for (const auto& [tensor, shard] : map) {
+        HP_CHECK(files.contains(shard),
+                 "checkpoint '{}': shard '{}' (of tensor '{}') is not listed in its marker '{}', so "
+                 "it cannot be verified",
+                 dir_arg, shard, tensor, kMarkerFile);
+      }
+    }
+    if (marker.contains("model_dtype")) {
+      const nlohmann::json& d = marker["model_dtype"];
+      HP_CHECK(d == "F32" || d == "BF16",
+               "checkpoint marker '{}': model_dtype must be \"F32\" or \"BF16\", got {}",
+               (dir / kMarkerFile).string(), d.dump());
+      info.model_dtype = d == "BF16" ? StDType::kBF16 : StDType::kF32;
+    }
+    if (marker.contains("resumable")) {
+      HP_CHECK(marker["resumable"].is_boolean(),
+               "checkpoint marker '{}': resumable must be true or false, got {}",
+               (dir / kMarkerFile).string(), marker["resumable"].dump());
+      info.resumable = marker["resumable"].get<bool>();
     }
   } else {
     for (const char* training : {kTrainerStateFile, kOptimizerFile}) {
@@ -292,15 +353,23 @@ CheckpointInfo open_checkpoint(const std::string& dir_arg) {
                "folder is incomplete; use an earlier checkpoint",
                dir_arg, training, kMarkerFile);
     }
-    for (const char* required : {kConfigFile, kModelFile}) {
-      HP_CHECK(fs::exists(dir / required),
-               "'{}' is not a checkpoint: '{}' is missing (expected config.json and "
-               "model.safetensors, as written by 'helixpipe init' or transformers)",
-               dir_arg, required);
-    }
+    HP_CHECK(fs::exists(dir / kConfigFile),
+             "'{}' is not a checkpoint: '{}' is missing (expected config.json and "
+             "model.safetensors, as written by 'helixpipe init' or transformers)",
+             dir_arg, kConfigFile);
+    HP_CHECK(fs::exists(dir / kModelFile) || fs::exists(dir / kModelIndexFile),
+             "'{}' is not a checkpoint: '{}' is missing (expected config.json and "
+             "model.safetensors, or {} and its shards, as written by 'helixpipe init' or "
+             "transformers)",
+             dir_arg, kModelFile, kModelIndexFile);
   }
+  HP_CHECK(!(fs::exists(dir / kModelFile) && fs::exists(dir / kModelIndexFile)),
+           "checkpoint '{}' has both '{}' and '{}'; it is ambiguous which holds the model: remove "
+           "the one that is stale",
+           dir_arg, kModelFile, kModelIndexFile);
   info.config = parse_json_file(dir / kConfigFile, "config");
-  info.model_path = (dir / kModelFile).string();
+  info.model_path =
+      (dir / (fs::exists(dir / kModelIndexFile) ? kModelIndexFile : kModelFile)).string();
   if (fs::exists(dir / kOptimizerFile)) info.optimizer_path = (dir / kOptimizerFile).string();
   if (fs::exists(dir / kTrainerStateFile)) {
     info.trainer_state = parse_json_file(dir / kTrainerStateFile, "trainer state");

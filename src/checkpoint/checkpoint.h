@@ -1,7 +1,9 @@
 // Checkpoint directories (docs/formats/checkpoint.md): config.json, model.safetensors (Hugging Face
-// Llama names), optional optimizer.safetensors and trainer_state.json, and the marker
-// helixpipe_checkpoint.json (sizes and CRC32 of every file) written last. A save builds DIR.tmp-*
-// and swaps it into place, so DIR is always either the old or the new checkpoint.
+// Llama names), generation_config.json and the byte-level tokenizer files (checkpoint/hf_files.h),
+// optional optimizer.safetensors and trainer_state.json, and the marker helixpipe_checkpoint.json
+// (sizes and CRC32 of every file) written last. A save builds DIR.tmp-* and swaps it into place, so
+// DIR is always either the old or the new checkpoint. Opening also accepts a Hugging Face folder
+// whose model is sharded (model.safetensors.index.json and its shards, checkpoint/model_files.h).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -13,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/hf_files.h"
+#include "checkpoint/model_files.h"
 #include "checkpoint/safetensors.h"
 
 namespace hp {
@@ -29,6 +33,11 @@ struct CheckpointContents {
   std::vector<StWriteTensor> model;             // -> model.safetensors
   std::vector<StWriteTensor> optimizer;         // -> optimizer.safetensors (skipped when empty)
   std::optional<nlohmann::json> trainer_state;  // -> trainer_state.json
+  // How model.safetensors stores the (F32) model tensors: kF32 as given, or kBF16 rounded to
+  // nearest even, for inference and interoperation. A BF16 checkpoint has lost the f32 master
+  // weights, so it is marked as not resumable and may hold no optimizer state; its config.json
+  // says torch_dtype "bfloat16".
+  StDType model_dtype = StDType::kF32;
 };
 
 // Writes the checkpoint to `dir` atomically, replacing an existing checkpoint there (a folder that
@@ -52,14 +61,22 @@ struct CheckpointInfo {
   std::string dir;
   bool has_marker = false;
   nlohmann::json config;                        // parsed config.json
-  std::string model_path;                       // DIR/model.safetensors
+  // DIR/model.safetensors, or DIR/model.safetensors.index.json for a sharded model: open it with
+  // ModelTensorFiles::open (checkpoint/model_files.h), which takes either.
+  std::string model_path;
   std::optional<std::string> optimizer_path;    // DIR/optimizer.safetensors when present
   std::optional<nlohmann::json> trainer_state;  // parsed trainer_state.json when present
+  // From the marker (a folder without one: F32 and resumable, as far as this code knows): the
+  // dtype the save stored the model in, and whether a run may --resume from it (false for BF16).
+  StDType model_dtype = StDType::kF32;
+  bool resumable = true;
 };
 
 // Opens `dir`. With a marker, every file it lists must exist with the recorded size and CRC32.
-// Without one, a plain Hugging Face folder (config.json + model.safetensors) is accepted, but a
-// folder holding trainer_state.json or optimizer.safetensors is refused as an interrupted save.
+// Without one, a plain Hugging Face folder (config.json + model.safetensors, or config.json +
+// model.safetensors.index.json and its shards) is accepted, but a folder holding
+// trainer_state.json or optimizer.safetensors is refused as an interrupted save. A folder with
+// both model.safetensors and an index is refused as ambiguous.
 CheckpointInfo open_checkpoint(const std::string& dir);
 
 }  // namespace hp

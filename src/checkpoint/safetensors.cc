@@ -61,6 +61,23 @@ float half_to_float(uint16_t h) {
 
 }  // namespace
 
+uint16_t f32_to_bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
+  // Adding 0x7fff plus the lowest kept bit carries into the kept bits exactly when the dropped
+  // half is above one half, or equal to it with an odd kept part (ties to even).
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float bf16_bits_to_f32(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 std::string_view st_dtype_name(StDType d) {
   for (const auto& r : kDTypes)
     if (r.d == d) return r.name;
@@ -255,9 +272,7 @@ void SafetensorsReader::read_f32(const std::string& name, std::span<const int64_
       break;
     case StDType::kBF16:
       for (int64_t i = 0; i < n; ++i) {
-        uint32_t bits = (static_cast<uint32_t>(src[2 * i + 1]) << 24) |
-                        (static_cast<uint32_t>(src[2 * i]) << 16);
-        std::memcpy(&out[i], &bits, 4);
+        out[i] = bf16_bits_to_f32(static_cast<uint16_t>(src[2 * i] | (src[2 * i + 1] << 8)));
       }
       break;
     case StDType::kF16:

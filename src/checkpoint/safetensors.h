@@ -66,4 +66,10 @@ class SafetensorsReader {
 
 std::string shape_string(std::span<const int64_t> shape);  // "[2, 3]"
 
+// bfloat16 storage (the top 16 bits of an IEEE float), for writing and reading BF16 tensors on any
+// CPU. The conversion from f32 rounds to nearest, ties to even; a NaN stays a NaN (quiet), and
+// values beyond the largest bf16 round to infinity as IEEE rounding does.
+uint16_t f32_to_bf16_bits(float f);
+float bf16_bits_to_f32(uint16_t b);
+
 }  // namespace hp

@@ -2,7 +2,9 @@
 // from runtime/decoder.h's TextContinuation: by default an incremental decoder with a key/value
 // cache costs one pass over the weights per token; when the cache fills up (--context) it restarts
 // from the last half of the context. --no-cache instead re-runs the model's forward pass over the
-// last --context tokens per token.
+// last --context tokens per token. --precision applies to that forward pass: the cache decoder
+// computes in f32 (double accumulation) only, so bf16 needs --no-cache, and auto means bf16 only
+// with --no-cache on a CPU that has bf16 kernels.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include "data/tokenizer.h"
 #include "runtime/decoder.h"
 #include "runtime/sampling.h"
+#include "runtime/train_setup.h"
 #include "runtime/trainer.h"
 #include "util/error.h"
 #include "util/rng.h"
@@ -20,7 +23,7 @@ namespace hp::cli {
 
 int cmd_generate(int argc, char** argv) {
   CLI::App app("Sample text from a checkpoint (byte tokens; temperature and top-k).", "generate");
-  std::string checkpoint, prompt;
+  std::string checkpoint, prompt, precision = "fp32";
   int64_t n_tokens = 200, top_k = 0, context = 512;
   double temperature = 0.8;
   uint64_t seed = 1;
@@ -39,6 +42,9 @@ int cmd_generate(int argc, char** argv) {
   app.add_option("--threads", threads, "compute threads (default 0: OMP_NUM_THREADS or all cores)");
   app.add_flag("--no-cache", no_cache,
                "re-run the forward pass over the context for every token instead of the KV cache");
+  add_precision_flag(app, precision)
+      ->description("fp32 (default), bf16 (the model's bf16 forward pass; needs --no-cache and "
+                    "AVX512-BF16) or auto (bf16 where it can run, else fp32)");
   if (auto rc = parse_flags(app, argc, argv)) return *rc;
   HP_CHECK(!prompt.empty(), "--prompt is empty; give at least one character to continue");
   HP_CHECK(n_tokens >= 0, "--tokens must be >= 0, got {}", n_tokens);
@@ -50,7 +56,16 @@ int cmd_generate(int argc, char** argv) {
   const CheckpointInfo info = open_checkpoint(checkpoint);
   const ModelConfig cfg = checkpoint_model_config(info);
   auto be = make_cpu_backend(threads);
-  Params params(cfg, Params::all_parts(cfg), *be);
+  // The key/value-cache decoder has an f32 path only: auto falls back to fp32 with it, and bf16
+  // (once the backend is known to have bf16 kernels) asks for --no-cache.
+  const Precision prec =
+      resolve_precision(precision == "auto" && !no_cache ? "fp32" : precision, *be);
+  HP_CHECK(prec == Precision::fp32() || no_cache,
+           "--precision={} needs --no-cache: the key/value-cache decoder computes in f32 only "
+           "(src/runtime/decoder.h); add --no-cache to sample with the model's {} forward pass, or "
+           "use --precision=fp32",
+           prec.name(), prec.name());
+  Params params(cfg, Params::all_parts(cfg), *be, prec);
   load_checkpoint_params(info, params);
   context = std::min(context, cfg.max_positions);
   // Byte tokens only: ids above 255 (a padded vocab) cannot be printed, so they are never sampled.

@@ -98,6 +98,12 @@ void add_train_flags(CLI::App& app, TrainRequest& f) {
   app.add_option("--save-every", f.save_every, "also save every N steps (needs --save)")
       ->check(positive())
       ->group(out);
+  app.add_option("--save-dtype", f.save_dtype,
+                 "how checkpoints store the model: fp32 (default; resumable) or bf16 (half the "
+                 "size, for inference and other tools; no optimizer state, so --resume refuses "
+                 "it)")
+      ->check(one_of({"fp32", "bf16"}))
+      ->group(out);
   app.add_option("--log", f.log, "JSONL metrics file, one line per step (appended on --resume)")
       ->group(out);
   app.add_option("--loss-svg", f.loss_svg, "write the loss curve as an SVG file at the end")

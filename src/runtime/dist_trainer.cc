@@ -69,14 +69,15 @@ StepRecord DistTrainer::step(const SequenceReader& data) {
   return rec;
 }
 
-void DistTrainer::save(const std::string& dir) {
+void DistTrainer::save(const std::string& dir, StDType model_dtype) {
+  const bool with_optimizer = model_dtype == StDType::kF32;  // the same on every rank
   const bool root = world_.rank() == 0;
   Params full(cfg_, root ? Params::all_parts(cfg_) : std::vector<Part>{}, be_);
   std::vector<std::vector<float>> storage;
   std::vector<StWriteTensor> moments;
   if (grid_.d == 0) {
     stage_->gather_params(grid_.p == 0 ? &full : nullptr);
-    moments = stage_->gather_optimizer_state(opt_, storage);
+    if (with_optimizer) moments = stage_->gather_optimizer_state(opt_, storage);
   }
   if (root) {
     CheckpointContents c;
@@ -84,7 +85,8 @@ void DistTrainer::save(const std::string& dir) {
     std::vector<float> host;
     c.model = params_write_tensors(full, host);
     // In the single-process order: the model's tensors in order, each one's two moments.
-    for (const ParamRef& p : param_refs(full))
+    const std::vector<ParamRef> refs = with_optimizer ? param_refs(full) : std::vector<ParamRef>{};
+    for (const ParamRef& p : refs)
       for (const std::string& name : {"exp_avg." + p.name, "exp_avg_sq." + p.name}) {
         auto it = std::find_if(moments.begin(), moments.end(),
                                [&](const StWriteTensor& t) { return t.name == name; });
@@ -92,6 +94,7 @@ void DistTrainer::save(const std::string& dir) {
         c.optimizer.push_back(*it);
       }
     c.trainer_state = state_.to_json();
+    c.model_dtype = model_dtype;
     save_checkpoint(dir, c, before_marker_);
   }
   world_.barrier();

@@ -40,8 +40,10 @@ class DistTrainer : public TrainEngine {
   // every rank alike when the loss or the gradient norm is not finite.
   StepRecord step(const SequenceReader& data) override;
   // Gathers every stage's weights and moments on world rank 0, which writes the checkpoint in the
-  // single-process layout (tensors in model order). Collective over the world.
-  void save(const std::string& dir) override;
+  // single-process layout (tensors in model order). Collective over the world. With kBF16 the
+  // model is stored in bf16 and the moments are neither gathered nor written.
+  using TrainEngine::save;
+  void save(const std::string& dir, StDType model_dtype) override;
   const TrainState& state() const override { return state_; }
   // Runs on the writing rank in every save, after the checkpoint's files and before its marker
   // (save_checkpoint's before_marker): the test-only fault injection of train_run.cc.

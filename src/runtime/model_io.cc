@@ -100,7 +100,7 @@ void check_finite_values(const float* v, int64_t n, const std::string& file,
   }
 }
 
-void check_model_safetensors(const SafetensorsReader& file, const ModelConfig& c) {
+void check_model_safetensors(const ModelTensorFiles& file, const ModelConfig& c) {
   const std::string& path = file.path();
   const std::vector<HfTensorSpec> specs = hf_tensor_specs(c);
   std::set<std::string> expected;
@@ -132,18 +132,18 @@ void check_model_safetensors(const SafetensorsReader& file, const ModelConfig& c
 }
 
 void check_model_safetensors(const std::string& path, const ModelConfig& c) {
-  check_model_safetensors(SafetensorsReader::open(path), c);
+  check_model_safetensors(ModelTensorFiles::open(path), c);
 }
 
 void load_model_safetensors(const std::string& path, const ModelConfig& c,
                             const TensorLocator& locate) {
-  const SafetensorsReader file = SafetensorsReader::open(path);
+  const ModelTensorFiles file = ModelTensorFiles::open(path);
   check_model_safetensors(file, c);
   for (const HfTensorSpec& s : hf_tensor_specs(c)) {
     float* dst = locate(s.name);
     if (dst == nullptr) continue;
     file.read_f32(s.name, s.shape, dst);  // checks shape and dtype
-    check_finite_values(dst, s.numel(), path, s.name);
+    check_finite_values(dst, s.numel(), file.file_of(s.name).path(), s.name);
   }
 }
 

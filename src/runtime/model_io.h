@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/model_files.h"
 #include "checkpoint/safetensors.h"
 #include "util/model_config.h"
 
@@ -42,10 +43,11 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& whe
 using TensorLocator = std::function<float*(const std::string& name)>;
 using ConstTensorLocator = std::function<const float*(const std::string& name)>;
 
-// Checks, from the header alone, that model.safetensors holds exactly the tensors of config `c`
-// with their shapes (rotary inv_freq buffers and a tied lm_head.weight are ignored), so a config
-// that does not belong to the file is refused before anything is allocated for it.
-void check_model_safetensors(const SafetensorsReader& file, const ModelConfig& c);
+// Checks, from the headers alone, that the model's tensors (model.safetensors, or the shards of a
+// model.safetensors.index.json: checkpoint/model_files.h) are exactly those of config `c` with
+// their shapes (rotary inv_freq buffers and a tied lm_head.weight are ignored), so a config that
+// does not belong to the files is refused before anything is allocated for it.
+void check_model_safetensors(const ModelTensorFiles& files, const ModelConfig& c);
 void check_model_safetensors(const std::string& path, const ModelConfig& c);
 
 // Throws hp::Error naming `file`, `tensor` and the element when one of the n values is NaN or
@@ -53,11 +55,12 @@ void check_model_safetensors(const std::string& path, const ModelConfig& c);
 void check_finite_values(const float* v, int64_t n, const std::string& file,
                          const std::string& tensor);
 
-// Loads model.safetensors into the tensors the locator returns memory for. Every tensor of the
-// layout must be in the file with exactly its shape and a floating dtype (F32; F16/BF16/F64 are
-// converted); unknown tensors are an error (a different architecture), except rotary inv_freq
-// buffers that old transformers versions saved; lm_head.weight is ignored when tied; a NaN or
-// infinite value is an error. Errors name the file and the tensor and say what to do.
+// Loads model.safetensors, or a sharded model from its index (`path` ends in ".index.json"), into
+// the tensors the locator returns memory for. Every tensor of the layout must be in the file(s)
+// with exactly its shape and a floating dtype (F32; F16/BF16/F64 are widened or narrowed to f32);
+// unknown tensors are an error (a different architecture), except rotary inv_freq buffers that old
+// transformers versions saved; lm_head.weight is ignored when tied; a NaN or infinite value is an
+// error. Errors name the file and the tensor and say what to do.
 void load_model_safetensors(const std::string& path, const ModelConfig& c,
                             const TensorLocator& locate);
 

@@ -117,8 +117,8 @@ void run_training(TrainEngine& engine, const TrainRequest& f, const TrainPlan& p
                        static_cast<double>(end - r.step);
     progress.update(r, eta, extra);
   };
-  run_train_loop(engine, reader, TrainLoopOptions{end, f.save, f.save_every}, on_step,
-                 launch.before_step);
+  run_train_loop(engine, reader, TrainLoopOptions{end, f.save, f.save_every, plan.save_dtype},
+                 on_step, launch.before_step);
   if (launch.root) progress.finish();
   const auto& hist = engine.state().history;
   if (launch.root && !f.loss_svg.empty()) {
@@ -137,7 +137,9 @@ void run_training(TrainEngine& engine, const TrainRequest& f, const TrainPlan& p
   tail /= static_cast<double>(std::max<size_t>(1, n_tail));
   const double tokens = static_cast<double>(ran * global.tokens());
   std::string wrote;
-  if (!f.save.empty()) wrote += " " + f.save + " (checkpoint)";
+  if (!f.save.empty())
+    wrote += " " + f.save + (plan.save_dtype == StDType::kBF16 ? " (bf16 checkpoint, not resumable)"
+                                                               : " (checkpoint)");
   for (const auto& [flag, path] : outputs) wrote += " " + path + " (" + flag.substr(2) + ")";
   fmt::print("done: {} steps in {}, {} tok/s, {:.1f} GFLOP/s; loss {:.4f} (step {}) -> {:.4f} (mean "
              "of last {}){}\n",

@@ -124,6 +124,11 @@ TrainPlan resolve_train_request(const TrainRequest& f) {
   HP_CHECK(f.threads >= 0, "--threads must be >= 0 (0: all cores), got {}", f.threads);
   HP_CHECK(f.save_every >= 0, "--save-every must be >= 0, got {}", f.save_every);
   HP_CHECK(f.save_every == 0 || !f.save.empty(), "--save-every needs --save DIR");
+  HP_CHECK(f.save_dtype == "fp32" || f.save_dtype == "bf16",
+           "--save-dtype must be fp32 or bf16, got '{}'", f.save_dtype);
+  HP_CHECK(f.save_dtype == "fp32" || !f.save.empty(), "--save-dtype={} needs --save DIR",
+           f.save_dtype);
+  plan.save_dtype = f.save_dtype == "bf16" ? StDType::kBF16 : StDType::kF32;
   HP_CHECK(f.stop_after >= 0, "--stop-after must be >= 0, got {}", f.stop_after);
   HP_CHECK(f.peak_gflops >= 0, "--peak-gflops must be >= 0, got {}", f.peak_gflops);
   if (!f.log_interval.empty()) plan.log_interval = parse_log_interval(f.log_interval);
@@ -156,6 +161,13 @@ TrainPlan resolve_train_request(const TrainRequest& f) {
       fresh_state();
     } else {
       plan.resumed = true;
+      HP_CHECK(plan.source->resumable,
+               "--resume '{}': this checkpoint stores the model in {} (saved with --save-dtype=bf16 "
+               "for inference and interoperation): its weights were rounded and it holds no "
+               "optimizer state, so the run cannot continue exactly from it; start a new run from "
+               "its weights with --checkpoint {}, or resume from a checkpoint saved with "
+               "--save-dtype=fp32 (the default)",
+               dir, st_dtype_name(plan.source->model_dtype), dir);
       HP_CHECK(plan.source->trainer_state.has_value() && plan.source->optimizer_path.has_value(),
                "--resume '{}': the folder holds a model but no training state ({} and {}); start "
                "from its weights with --checkpoint instead",

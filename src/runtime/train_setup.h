@@ -43,6 +43,7 @@ struct TrainRequest {
   std::string precision = "fp32";  // --precision: fp32, bf16 or auto (resume: saved)
   std::string save;
   int64_t save_every = 0;   // 0: save only at the end
+  std::string save_dtype = "fp32";  // --save-dtype: fp32 (resumable) or bf16 (model only)
   std::string log;          // JSONL metrics
   std::string loss_svg;
   std::string progress = "auto";  // --progress: auto, tty or lines
@@ -70,6 +71,7 @@ struct TrainPlan {
   TrainState state;                      // fresh, or the saved one with flag overrides applied
   ModelOptions model_options;
   std::string precision;                 // the --precision value (resume: the saved one unless given)
+  StDType save_dtype = StDType::kF32;    // --save-dtype: how checkpoints store the model
   ProgressMode progress = ProgressMode::kAuto;  // --progress
   std::optional<LogInterval> log_interval;      // --log-interval (none: about 5% of the run)
   std::string notes;                     // lines to print (e.g. a resumed run that changed its LR)

@@ -68,7 +68,7 @@ std::vector<StWriteTensor> params_write_tensors(const Params& params, std::vecto
 }
 
 void save_training_checkpoint(const std::string& dir, Params& params, AdamW* opt,
-                              const TrainState* state) {
+                              const TrainState* state, StDType model_dtype) {
   const ModelConfig& cfg = params.config();
   for (const HfTensorSpec& s : hf_tensor_specs(cfg))
     HP_CHECK(params.find(s.name) != nullptr,
@@ -83,6 +83,7 @@ void save_training_checkpoint(const std::string& dir, Params& params, AdamW* opt
     c.optimizer = opt->state_tensors(refs);
   }
   if (state != nullptr) c.trainer_state = state->to_json();
+  c.model_dtype = model_dtype;
   save_checkpoint(dir, c);
 }
 
@@ -180,8 +181,9 @@ StepRecord Trainer::step(const SequenceReader& data) {
   return r;
 }
 
-void Trainer::save(const std::string& dir) {
-  save_training_checkpoint(dir, params_, &opt_, &state_);
+void Trainer::save(const std::string& dir, StDType model_dtype) {
+  save_training_checkpoint(dir, params_, model_dtype == StDType::kF32 ? &opt_ : nullptr, &state_,
+                           model_dtype);
 }
 
 void run_train_loop(TrainEngine& engine, const SequenceReader& data, const TrainLoopOptions& opt,
@@ -193,9 +195,9 @@ void run_train_loop(TrainEngine& engine, const SequenceReader& data, const Train
     const StepRecord r = engine.step(data);
     if (on_step) on_step(r);
     if (opt.save_every > 0 && r.step % opt.save_every == 0 && r.step != opt.end)
-      engine.save(opt.save);
+      engine.save(opt.save, opt.save_dtype);
   }
-  if (!opt.save.empty()) engine.save(opt.save);
+  if (!opt.save.empty()) engine.save(opt.save, opt.save_dtype);
 }
 
 double train_step_flops(const ModelConfig& cfg, const StepShape& shape) {

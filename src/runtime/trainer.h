@@ -45,10 +45,12 @@ void load_checkpoint_params(const CheckpointInfo& info, Params& params);
 std::vector<StWriteTensor> params_write_tensors(const Params& params, std::vector<float>& host,
                                                 bool grads = false);
 
-// Writes a checkpoint folder: config.json + model.safetensors, plus optimizer.safetensors and
-// trainer_state.json when `opt`/`state` are given. `params` must hold the whole model.
+// Writes a checkpoint folder: config.json + model.safetensors (+ generation config and tokenizer),
+// plus optimizer.safetensors and trainer_state.json when `opt`/`state` are given. `params` must
+// hold the whole model. `model_dtype` kBF16 stores the weights rounded to bf16 (not resumable:
+// `opt` must then be null; CheckpointContents::model_dtype).
 void save_training_checkpoint(const std::string& dir, Params& params, AdamW* opt,
-                              const TrainState* state);
+                              const TrainState* state, StDType model_dtype = StDType::kF32);
 
 // The shape of one training step.
 struct StepShape {
@@ -79,8 +81,11 @@ class TrainEngine {
   virtual ~TrainEngine() = default;
   // One optimizer update on the next global batch of `data`; appends to and returns the history.
   virtual StepRecord step(const SequenceReader& data) = 0;
-  // Writes a whole-model checkpoint (model, optimizer, trainer state); every rank calls it.
-  virtual void save(const std::string& dir) = 0;
+  // Writes a whole-model checkpoint (model, optimizer, trainer state); every rank calls it. With
+  // `model_dtype` kBF16 the model is stored in bf16 and no optimizer state is written (such a
+  // checkpoint is for inference and interoperation, not for --resume).
+  virtual void save(const std::string& dir, StDType model_dtype) = 0;
+  void save(const std::string& dir) { save(dir, StDType::kF32); }
   virtual const TrainState& state() const = 0;
 };
 
@@ -88,6 +93,7 @@ struct TrainLoopOptions {
   int64_t end = 0;         // run until state().step == end
   std::string save;        // checkpoint folder ("": none)
   int64_t save_every = 0;  // also save after every this many steps (0: at the end only)
+  StDType save_dtype = StDType::kF32;  // how the saves store the model (TrainEngine::save)
 };
 
 // Steps `engine` until opt.end: before each update calls `before_step` with the number the step
@@ -116,8 +122,9 @@ class Trainer : public TrainEngine {
   // hp::Error when the loss or the gradient is not finite (what to try is in the message).
   StepRecord step(const SequenceReader& data) override;
 
-  // Saves model + optimizer + trainer state.
-  void save(const std::string& dir) override;
+  // Saves model + optimizer + trainer state (model + trainer state with kBF16).
+  using TrainEngine::save;
+  void save(const std::string& dir, StDType model_dtype) override;
 
   const TrainState& state() const override { return state_; }
   TrainState& state() { return state_; }

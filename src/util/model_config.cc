@@ -1,6 +1,7 @@
 // ModelConfig parsing, validation and presets.
 #include "util/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -188,6 +189,20 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
       c.rope_theta = rp["rope_theta"].get<double>();
     }
   }
+  // Special token ids: kept when they are ids of this vocabulary, else ignored as before.
+  auto token_id = [&](const nlohmann::json& v) {
+    return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < c.vocab;
+  };
+  if (j.contains("bos_token_id") && token_id(j["bos_token_id"]))
+    c.bos_token_id = j["bos_token_id"].get<int64_t>();
+  if (j.contains("eos_token_id")) {
+    const nlohmann::json& e = j["eos_token_id"];
+    if (token_id(e)) {
+      c.eos_token_ids = {e.get<int64_t>()};
+    } else if (e.is_array() && !e.empty() && std::all_of(e.begin(), e.end(), token_id)) {
+      for (const auto& x : e) c.eos_token_ids.push_back(x.get<int64_t>());
+    }
+  }
   if (j.contains("rope_scaling")) {
     HP_CHECK(j["rope_scaling"].is_null(), "{}: rope_scaling is not supported; remove it or set null",
              where);
@@ -220,22 +235,26 @@ ModelConfig ModelConfig::load(const std::string& path_or_preset) {
 }
 
 nlohmann::json ModelConfig::to_hf_json() const {
-  return nlohmann::json{{"architectures", {"LlamaForCausalLM"}},
-                        {"model_type", "llama"},
-                        {"torch_dtype", "float32"},
-                        {"hidden_act", "silu"},
-                        {"hidden_size", hidden},
-                        {"intermediate_size", intermediate},
-                        {"num_attention_heads", heads},
-                        {"num_key_value_heads", kv_heads},
-                        {"num_hidden_layers", layers},
-                        {"vocab_size", vocab},
-                        {"rms_norm_eps", rms_eps},
-                        {"rope_theta", rope_theta},
-                        {"max_position_embeddings", max_positions},
-                        {"tie_word_embeddings", tie_embeddings},
-                        {"attention_bias", false},
-                        {"mlp_bias", false}};
+  nlohmann::json j{{"architectures", {"LlamaForCausalLM"}},
+                   {"model_type", "llama"},
+                   {"torch_dtype", "float32"},
+                   {"hidden_act", "silu"},
+                   {"hidden_size", hidden},
+                   {"intermediate_size", intermediate},
+                   {"num_attention_heads", heads},
+                   {"num_key_value_heads", kv_heads},
+                   {"num_hidden_layers", layers},
+                   {"vocab_size", vocab},
+                   {"rms_norm_eps", rms_eps},
+                   {"rope_theta", rope_theta},
+                   {"max_position_embeddings", max_positions},
+                   {"tie_word_embeddings", tie_embeddings},
+                   {"attention_bias", false},
+                   {"mlp_bias", false}};
+  if (bos_token_id) j["bos_token_id"] = *bos_token_id;
+  if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
+  if (eos_token_ids.size() > 1) j["eos_token_id"] = eos_token_ids;
+  return j;
 }
 
 void check_tensor_parallel(const ModelConfig& cfg, int tp, int64_t tokens) {

@@ -5,7 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace hp {
 
@@ -30,6 +32,11 @@ struct ModelConfig {
   double rms_eps = 1e-5;
   double rope_theta = 10000.0;
   bool tie_embeddings = false;
+  // Special token ids a Hugging Face config.json may carry (bos_token_id; eos_token_id, one id or
+  // a list). Nothing here uses them; they are kept so that a checkpoint saved from such a model
+  // passes them on (config.json, generation_config.json). Ids outside [0, vocab) are dropped.
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_ids;
 
   int64_t head_dim() const { return hidden / heads; }
   int64_t kv_dim() const { return kv_heads * head_dim(); }   // h_kv

@@ -1,9 +1,11 @@
 // config.json and model.safetensors in the Hugging Face layout: round trips and clear errors.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <fstream>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/model_files.h"
 #include "checkpoint/safetensors.h"
 #include "runtime/model_io.h"
 #include "util/error.h"
@@ -365,6 +368,105 @@ TEST(ModelIo, NonFiniteWeightsAreRefusedNamingTheTensor) {
                            [&](const std::string& n) { return dst.at(n).data(); });
   });
   EXPECT_NE(e.find("'model.norm.weight' holds inf at element 3"), std::string::npos) << e;
+}
+
+// Writes the tensors of `c` (values from `src`) as `n` shards of `dir`, tensors dealt out in turn,
+// and the index; returns the index path.
+std::string save_sharded(const TempDir& dir, const ModelConfig& c,
+                         std::map<std::string, std::vector<float>>& src, int n) {
+  auto list = model_write_tensors(
+      c, [&](const std::string& name) -> const float* { return src.at(name).data(); });
+  std::vector<std::vector<StWriteTensor>> shards(n);
+  nlohmann::json map = nlohmann::json::object();
+  for (size_t i = 0; i < list.size(); ++i) {
+    const int s = static_cast<int>(i % n);
+    shards[s].push_back(list[i]);
+    map[list[i].name] = fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, n);
+  }
+  for (int s = 0; s < n; ++s)
+    write_safetensors(dir.file(fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, n)),
+                      shards[s], {{"format", "pt"}});
+  std::ofstream(dir.file(kModelIndexFile)) << nlohmann::json{{"weight_map", map}}.dump();
+  return dir.file(kModelIndexFile);
+}
+
+TEST(ModelIo, ShardedModelLoadsBitwiseLikeOneFile) {
+  for (bool tie : {false, true}) {
+    for (int shards : {2, 3}) {
+      SCOPED_TRACE(fmt::format("tie {} shards {}", tie, shards));
+      TempDir dir;
+      const ModelConfig c = tiny_config(tie);
+      auto src = make_tensors(c, 0.f);
+      save(dir.file("one.safetensors"), c, src);
+      const std::string index = save_sharded(dir, c, src, shards);
+      check_model_safetensors(index, c);
+      auto from_one = make_tensors(c, 1000.f), from_shards = make_tensors(c, 2000.f);
+      load_model_safetensors(dir.file("one.safetensors"), c,
+                             [&](const std::string& n) { return from_one.at(n).data(); });
+      load_model_safetensors(index, c,
+                             [&](const std::string& n) { return from_shards.at(n).data(); });
+      for (const auto& [name, v] : src) {
+        ASSERT_EQ(from_shards.at(name).size(), v.size());
+        EXPECT_EQ(std::memcmp(from_shards.at(name).data(), v.data(), 4 * v.size()), 0) << name;
+        EXPECT_EQ(std::memcmp(from_shards.at(name).data(), from_one.at(name).data(), 4 * v.size()),
+                  0)
+            << name;
+      }
+      // The config checks apply across the shards: a deeper config misses layer 2.
+      ModelConfig deeper = c;
+      deeper.layers = 3;
+      const std::string e = error_of([&] { check_model_safetensors(index, deeper); });
+      EXPECT_NE(e.find("has no tensor 'model.layers.2.input_layernorm.weight'"), std::string::npos)
+          << e;
+    }
+  }
+}
+
+TEST(ModelIo, ShardedModelErrorsNameTheShard) {
+  TempDir dir;
+  const ModelConfig c = tiny_config(false);
+  auto src = make_tensors(c, 0.f);
+  src.at("model.layers.1.mlp.up_proj.weight")[2] = std::nanf("");
+  const std::string index = save_sharded(dir, c, src, 3);
+  auto dst = make_tensors(c, 0.f);
+  const std::string e = error_of([&] {
+    load_model_safetensors(index, c, [&](const std::string& n) { return dst.at(n).data(); });
+  });
+  // The NaN is reported in the shard file that holds it.
+  EXPECT_NE(e.find("model-0000"), std::string::npos) << e;
+  EXPECT_NE(e.find("'model.layers.1.mlp.up_proj.weight' holds nan at element 2"),
+            std::string::npos)
+      << e;
+}
+
+// A BF16 file (as Hugging Face bf16 models are) is widened to f32 exactly.
+TEST(ModelIo, Bf16FileLoadsWidened) {
+  TempDir dir;
+  const ModelConfig c = tiny_config(false);
+  auto src = make_tensors(c, 0.f);
+  auto list = model_write_tensors(
+      c, [&](const std::string& n) -> const float* { return src.at(n).data(); });
+  std::map<std::string, std::vector<uint16_t>> halves;
+  for (auto& t : list) {
+    auto& h = halves[t.name];
+    for (float x : src.at(t.name)) h.push_back(f32_to_bf16_bits(x));
+    t.dtype = StDType::kBF16;
+    t.data = h.data();
+  }
+  write_safetensors(dir.file("bf16.safetensors"), list, {{"format", "pt"}});
+  auto dst = make_tensors(c, 0.f);
+  load_model_safetensors(dir.file("bf16.safetensors"), c,
+                         [&](const std::string& n) { return dst.at(n).data(); });
+  for (const auto& [name, v] : src) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      // The top 16 bits of the f32 value, read back by shifting: an exact widening.
+      uint32_t bits = static_cast<uint32_t>(halves.at(name)[i]) << 16;
+      float want;
+      std::memcpy(&want, &bits, 4);
+      ASSERT_EQ(dst.at(name)[i], want) << name << "[" << i << "]";
+      ASSERT_LE(std::fabs(dst.at(name)[i] - v[i]), std::ldexp(std::fabs(v[i]), -8)) << name;
+    }
+  }
 }
 
 }  // namespace
