@@ -6,8 +6,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "data/tokenizer.h"
 #include "kernels/rope_angles.h"
+#include "runtime/sampling.h"
+#include "runtime/train_setup.h"
 #include "util/error.h"
+#include "util/rng.h"
 
 namespace hp {
 
@@ -159,6 +163,32 @@ std::span<const float> TextContinuation::next_logits(const std::vector<int32_t>&
     return out;
   }
   return decoder_.push(tokens.back());
+}
+
+Precision resolve_sampling_precision(const std::string& value, bool kv_cache, Backend& be) {
+  const Precision p = resolve_precision(value == "auto" && kv_cache ? "fp32" : value, be);
+  HP_CHECK(p == Precision::fp32() || !kv_cache,
+           "--precision={} needs --no-cache: the key/value-cache decoder computes in f32 only "
+           "(src/runtime/decoder.h); add --no-cache to sample with the model's {} forward pass, or "
+           "use --precision=fp32",
+           p.name(), p.name());
+  return p;
+}
+
+void continue_text(TextContinuation& text, const std::string& prompt, int64_t vocab, int64_t n,
+                   double temperature, int64_t top_k, uint64_t seed,
+                   const std::function<void(char)>& on_token) {
+  std::vector<int32_t> tokens = byte_encode(prompt);
+  for (int32_t t : tokens)
+    HP_CHECK(t < vocab, "the prompt has byte {} but the model's vocab_size is {}", t, vocab);
+  // Byte tokens only: ids above 255 (a padded vocab) cannot be printed, so they are never sampled.
+  const int64_t limit = std::min<int64_t>(vocab, kByteVocab);
+  Rng rng(seed);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t next = sample_token(text.next_logits(tokens), limit, temperature, top_k, rng);
+    tokens.push_back(next);
+    on_token(static_cast<char>(next));
+  }
 }
 
 }  // namespace hp

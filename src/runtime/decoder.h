@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -46,6 +47,12 @@ class IncrementalDecoder {
   std::vector<float> x_, a_, qkv_, o_, y_, gate_, up_, logits_, scores_;
 };
 
+// The precision `generate` samples in for a --precision value. The key/value-cache decoder computes
+// in f32 only: with `kv_cache`, auto means fp32 and bf16 is refused with a message asking for
+// --no-cache. Without it, the model's own forward pass runs in what resolve_precision
+// (runtime/train_setup.h) picks on `be`.
+Precision resolve_sampling_precision(const std::string& value, bool kv_cache, Backend& be);
+
 // The logits after the last token of a growing text, for `helixpipe generate`. With the cache: an
 // IncrementalDecoder of `context` positions, filled from the end of the text when it is empty
 // (all of the text, or the last `context` tokens) or full (the last half of the window), and
@@ -67,5 +74,12 @@ class TextContinuation {
   int64_t context_;
   bool use_cache_;
 };
+
+// Samples `n` byte tokens after `prompt` from `text` (temperature and top-k as sample_token in
+// runtime/sampling.h, ids limited to bytes and the vocabulary), handing each to `on_token` as it
+// is drawn. Throws hp::Error when the prompt holds a byte outside the model's vocabulary.
+void continue_text(TextContinuation& text, const std::string& prompt, int64_t vocab, int64_t n,
+                   double temperature, int64_t top_k, uint64_t seed,
+                   const std::function<void(char)>& on_token);
 
 }  // namespace hp

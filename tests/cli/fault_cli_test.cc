@@ -120,22 +120,16 @@ class DistCliFaultTest : public ::testing::Test {
   // same shell (e.g. a ulimit).
   Job run(int ranks, const std::string& args, const std::string& env = "", int timeout_s = 90,
           const std::string& shell = "") const {
-    std::string cmd = shell + " HP_FAULT_TEST_TOKEN=" + token_ + " " + env + " timeout -k 5 " +
-                      std::to_string(timeout_s) + " ";
-    if (ranks > 0)
-      cmd += "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " ";
-    cmd += test::cli_binary() + " " + args + " 2>&1";
-    Job j;
+    test::CliOptions o;
+    o.ranks = ranks;
+    o.timeout_s = timeout_s;
+    o.env = shell + " HP_FAULT_TEST_TOKEN=" + token_ + " " + env;
     const double t0 = now_seconds();
-    FILE* p = ::popen(cmd.c_str(), "r");
-    if (!p) return j;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) j.out.append(buf, n);
-    const int status = ::pclose(p);
+    const test::CliResult r = test::run_helixpipe(args, o);
+    Job j;
     j.seconds = now_seconds() - t0;
-    j.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    test::expect_no_sanitizer_report(j.out);
+    j.rc = r.rc;
+    j.out = r.out;
     return j;
   }
 

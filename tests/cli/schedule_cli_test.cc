@@ -126,7 +126,7 @@ TEST(ScheduleCli, PicturesAreProduced) {
 // its B 6.
 TEST(ScheduleCli, SvgAxisNamesTheTimeUnitWithRoundTicksAndALegendBelow) {
   CliResult r = run_cli("schedule --schedule=1f1b --stages=1 --microbatches=2 --layers=1 --format=svg");
-  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(r.rc, 0) << r.err;
   auto nodes = svg_nodes_or_fail(r.out);
   auto label = texts(nodes, "axis", "axislabel");
   ASSERT_EQ(label.size(), 1u);
@@ -151,7 +151,7 @@ TEST(ScheduleCli, SvgAxisNamesTheTimeUnitWithRoundTicksAndALegendBelow) {
   // The figure of docs/schedules.md: the legend's rectangles are off the lanes.
   CliResult h = run_cli("schedule --schedule=helix --stages=4 --microbatches=8 --layers=4 "
                         "--folds=2 --format=svg");
-  ASSERT_EQ(h.code, 0) << h.err;
+  ASSERT_EQ(h.rc, 0) << h.err;
   nodes = svg_nodes_or_fail(h.out);
   const Box lanes = rects_bbox(nodes, "lanes");
   int legend_rects = 0;
