@@ -12,6 +12,7 @@
 #include <string>
 
 #include "checkpoint/checkpoint.h"
+#include "fuzz_util.h"
 #include "util/error.h"
 
 namespace {
@@ -35,18 +36,11 @@ const fs::path& folder() {
   return dir;
 }
 
-struct RemoveAtExit {
-  ~RemoveAtExit() {
-    std::error_code ec;
-    fs::remove_all(folder(), ec);
-  }
-};
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace hp;
-  static RemoveAtExit cleanup;
+  static fuzz::RemoveAtExit<folder> cleanup;
   const fs::path& dir = folder();
   write(dir / kMarkerFile, std::string_view(reinterpret_cast<const char*>(data), size));
   try {

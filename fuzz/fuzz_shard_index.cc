@@ -16,6 +16,7 @@
 
 #include "checkpoint/model_files.h"
 #include "checkpoint/safetensors.h"
+#include "fuzz_util.h"
 #include "util/error.h"
 
 namespace {
@@ -38,18 +39,11 @@ const fs::path& folder() {
   return dir;
 }
 
-struct RemoveAtExit {
-  ~RemoveAtExit() {
-    std::error_code ec;
-    fs::remove_all(folder(), ec);
-  }
-};
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace hp;
-  static RemoveAtExit cleanup;
+  static fuzz::RemoveAtExit<folder> cleanup;
   const fs::path index = folder() / kModelIndexFile;
   std::ofstream(index, std::ios::binary | std::ios::trunc)
       .write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));

@@ -1,8 +1,11 @@
-// What the libFuzzer targets share: a crash that libFuzzer records, and the JSON text parse that
-// every JSON reader starts with (malformed text is the callers' to report, not a finding).
+// What the libFuzzer targets share: a crash that libFuzzer records, the JSON text parse that every
+// JSON reader starts with (malformed text is the callers' to report, not a finding), and the
+// removal of a target's scratch folder when the fuzzer exits.
 #pragma once
 
+#include <filesystem>
 #include <optional>
+#include <system_error>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -26,5 +29,14 @@ inline std::optional<nlohmann::json> parse_or_skip(std::string_view text, const 
     return std::nullopt;
   }
 }
+
+// A static one of these removes folder() (the target's scratch folder) when the process exits.
+template <const std::filesystem::path& (*folder)()>
+struct RemoveAtExit {
+  ~RemoveAtExit() {
+    std::error_code ec;
+    std::filesystem::remove_all(folder(), ec);
+  }
+};
 
 }  // namespace hp::fuzz

@@ -122,15 +122,7 @@ class DistCliTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    Rng rng(3);
-    std::string text;
-    const char* words[] = {"alpha", "beta", "gamma", "delta", "and", "the", "of", "pipe"};
-    while (text.size() < 20000) text += std::string(words[static_cast<int>(rng.uniform() * 8)]) + " ";
-    write_file_atomic(path("text.txt"), text);
-    // Four layers: P = 2 with F = 2 helix folds, and P = 4.
-    write_file_atomic(path("cfg.json"),
-                      R"({"hidden_size": 32, "intermediate_size": 40, "num_attention_heads": 4,
-                          "num_key_value_heads": 2, "num_hidden_layers": 4, "vocab_size": 256})");
+    test::write_small_run_inputs(path("text.txt"), path("cfg.json"));
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }

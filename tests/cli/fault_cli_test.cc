@@ -85,14 +85,7 @@ class DistCliFaultTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("hp_fault_cli_" + token_);
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    Rng rng(3);
-    std::string text;
-    const char* words[] = {"alpha", "beta", "gamma", "delta", "and", "the", "of", "pipe"};
-    while (text.size() < 20000) text += std::string(words[static_cast<int>(rng.uniform() * 8)]) + " ";
-    write_file_atomic(path("text.txt"), text);
-    write_file_atomic(path("cfg.json"),
-                      R"({"hidden_size": 32, "intermediate_size": 40, "num_attention_heads": 4,
-                          "num_key_value_heads": 2, "num_hidden_layers": 4, "vocab_size": 256})");
+    test::write_small_run_inputs(path("text.txt"), path("cfg.json"));
   }
 
   void TearDown() override {

@@ -13,6 +13,9 @@
 #include <sstream>
 #include <string>
 
+#include "util/atomic_file.h"
+#include "util/rng.h"
+
 namespace hp::test {
 
 struct CliResult {
@@ -78,6 +81,20 @@ inline CliResult run_cli(const std::string& args) {
   CliOptions o;
   o.split_stderr = true;
   return run_helixpipe(args, o);
+}
+
+// The inputs of the multi-rank CLI tests: about 20 kB of text made of a few words (the same every
+// time) and a four-layer GQA model (hidden 32, 4 heads, 2 KV heads) small enough for seconds-long
+// runs; P = 2 with F = 2 helix folds and P = 4 both divide its layers.
+inline void write_small_run_inputs(const std::string& text_path, const std::string& cfg_path) {
+  Rng rng(3);
+  std::string text;
+  const char* words[] = {"alpha", "beta", "gamma", "delta", "and", "the", "of", "pipe"};
+  while (text.size() < 20000) text += std::string(words[static_cast<int>(rng.uniform() * 8)]) + " ";
+  write_file_atomic(text_path, text);
+  write_file_atomic(cfg_path,
+                    R"({"hidden_size": 32, "intermediate_size": 40, "num_attention_heads": 4,
+                        "num_key_value_heads": 2, "num_hidden_layers": 4, "vocab_size": 256})");
 }
 
 }  // namespace hp::test
