@@ -101,8 +101,12 @@ int64_t working_bytes(const ModelConfig& cfg, const std::set<PartKind>& kinds, R
 
 }  // namespace
 
-MemoryEstimate estimate_stage_memory(const ModelConfig& cfg, const Schedule& s, int stage,
-                                     const MemoryShape& shape) {
+namespace {
+
+// One stage's estimate, given every stage's peak stash (stash_peaks of the whole schedule, which
+// the callers that estimate several stages compute once).
+MemoryEstimate stage_memory(const ModelConfig& cfg, const Schedule& s, int stage,
+                            const MemoryShape& shape, const std::vector<int64_t>& peaks) {
   HP_CHECK(stage >= 0 && stage < s.num_stages, "estimate_stage_memory: stage {} of {}", stage,
            s.num_stages);
   MemoryEstimate m;
@@ -117,11 +121,21 @@ MemoryEstimate estimate_stage_memory(const ModelConfig& cfg, const Schedule& s, 
   int64_t params = 0;
   for (const Part& p : parts) params += part_params(cfg, p, shape.tp);
   add_model_states(m, params, shape);
-  const std::vector<int64_t> peaks =
-      stash_peaks(s, cfg, shape.tokens_per_mb, elem_bytes(shape.precision));
   m.stash = peaks[static_cast<size_t>(stage)] / shape.tp;
   m.working = working_bytes(cfg, kinds, s.recompute, shape);
   return m;
+}
+
+std::vector<int64_t> stage_peaks(const ModelConfig& cfg, const Schedule& s,
+                                 const MemoryShape& shape) {
+  return stash_peaks(s, cfg, shape.tokens_per_mb, elem_bytes(shape.precision));
+}
+
+}  // namespace
+
+MemoryEstimate estimate_stage_memory(const ModelConfig& cfg, const Schedule& s, int stage,
+                                     const MemoryShape& shape) {
+  return stage_memory(cfg, s, stage, shape, stage_peaks(cfg, s, shape));
 }
 
 MemoryEstimate estimate_single_process_memory(const ModelConfig& cfg, Recompute recompute,
@@ -149,8 +163,9 @@ MemoryEstimate grid_memory_here(const ModelConfig& cfg, const Schedule& s, int d
                                 int world_size, const MemoryShape& shape) {
   const int here = ranks_on_this_machine(world_size);
   MemoryEstimate sum, largest;
+  const std::vector<int64_t> peaks = stage_peaks(cfg, s, shape);
   for (int stage = 0; stage < s.num_stages; ++stage) {
-    const MemoryEstimate e = estimate_stage_memory(cfg, s, stage, shape);
+    const MemoryEstimate e = stage_memory(cfg, s, stage, shape, peaks);
     for (int r = 0; r < data_parallel * shape.tp; ++r) sum += e;
     if (e.total() > largest.total()) largest = e;
   }
