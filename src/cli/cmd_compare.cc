@@ -18,7 +18,7 @@ int cmd_compare(int argc, char** argv) {
                "throughput (and its ratio to 1F1B), bubble, MFU and peak activation memory per stage.",
                "helixpipe compare"};
   app.footer(
-      "Schedules: gpipe, 1f1b, interleaved (V=2), zb1p, helix F=1, helix F=2, each with its own\n"
+      "Schedules: gpipe, 1f1b, interleaved V=2, zb1p, weipipe, helix F=1/F=2, each with its own\n"
       "recomputation policy (helix no-attn, the others none) unless --recompute is given. A\n"
       "schedule that cannot run the shape is listed with the reason. With --device every row\n"
       "states its memory per GPU (model states, stash, one layer's backward; docs/simulator.md)\n"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "sim/weipipe.h"
 #include "util/error.h"
 
 namespace hp {
@@ -26,13 +27,15 @@ Comparison compare_schedules(const CostSetup& c, int stages, int microbatches, i
   add("1f1b", "1f1b", 1, 1);
   add("interleaved V=2", "interleaved", 1, 2);
   add("zb1p", "zb1p", 1, 1);
+  add("weipipe", "weipipe", 1, 1);  // not a generator: sim/weipipe.h replays its ring
   add("helix F=1", "helix", 1, 1);
   add("helix F=2", "helix", 2, 1);
   const Layout& lay = c.layout;
   cmp.memory_limit = c.device ? c.device->memory_bytes : 0;
   for (CompareEntry& e : cmp.entries) {
     try {
-      e.run = simulate_spec(e.spec, c, false);
+      e.run = e.spec.name == "weipipe" ? simulate_weipipe_spec(e.spec, c)
+                                        : simulate_spec(e.spec, c, false);
     } catch (const Error& err) {
       e.error = err.what();
       continue;
@@ -40,15 +43,20 @@ Comparison compare_schedules(const CostSetup& c, int stages, int microbatches, i
     const SimResult& r = e.run->result;
     if (c.model && c.device) {
       const std::string& sched = e.spec.name;
-      const double params = static_cast<double>(max_stage_params(*c.model, sched, stages)) / lay.tp;
+      const bool wei = sched == "weipipe";
+      const double params = static_cast<double>(wei ? weipipe_rank_params(*c.model, stages)
+                                                    : max_stage_params(*c.model, sched, stages)) /
+                            lay.tp;
       const LinkProfile& dp_link =
           lay.tp * lay.dp <= c.device->gpus_per_node ? c.device->intra : c.device->inter;
       e.allreduce = dp_allreduce_time(params * 2, lay.dp, dp_link);
       double stash = 0;  // the busiest stage's, whole TP group
       for (const auto& st : r.stages)
         stash = std::max(stash, static_cast<double>(st.peak_activation_bytes) * lay.tp);
-      e.memory = gpu_memory(*c.model, sched, {lay.tp, stages, lay.dp}, c.tokens_per_mb, stash, 0,
-                            c.device->bytes_per_elem());
+      const Layout lay_p{lay.tp, stages, lay.dp};
+      const int eb = c.device->bytes_per_elem();
+      e.memory = wei ? weipipe_memory(*c.model, lay_p, c.tokens_per_mb, stash, eb)
+                     : gpu_memory(*c.model, sched, lay_p, c.tokens_per_mb, stash, 0, eb);
       e.fits = cmp.memory_limit <= 0 || e.memory->total() <= cmp.memory_limit;
     }
     e.iteration = r.makespan + e.allreduce;

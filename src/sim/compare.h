@@ -1,6 +1,6 @@
-// Every schedule (gpipe, 1f1b, interleaved V=2, zb1p, helix F=1, helix F=2) simulated on one cost
-// setup, with the DP all-reduce, the iteration, tokens/s and (with a model and a device) the memory
-// per GPU and whether it fits: the rows of `helixpipe compare`.
+// Every schedule (gpipe, 1f1b, interleaved V=2, zb1p, weipipe, helix F=1, helix F=2) simulated on
+// one cost setup, with the DP all-reduce, the iteration, tokens/s and (with a model and a device)
+// the memory per GPU and whether it fits: the rows of `helixpipe compare`.
 #pragma once
 
 #include <optional>

@@ -132,7 +132,7 @@ TEST(CompareCli, EverySchedulesSideBySide) {
                           "--device=h20 --format=json",
                           &rc);
   ASSERT_EQ(rc, 0);
-  ASSERT_EQ(j["results"].size(), 6u);
+  ASSERT_EQ(j["results"].size(), 7u);
   double one_f_one_b = 0, helix = 0;
   for (const auto& r : j["results"]) {
     ASSERT_FALSE(r.contains("error")) << r.dump();
@@ -162,8 +162,8 @@ TEST(CompareCli, TensorAndDataParallelLayouts) {
   ASSERT_EQ(rc, 0);
   EXPECT_EQ(tp2["tp"], 2);
   EXPECT_EQ(dp4["data_parallel"], 4);
-  ASSERT_EQ(one["results"].size(), 6u);
-  for (size_t i = 0; i < 6; ++i) {
+  ASSERT_EQ(one["results"].size(), 7u);
+  for (size_t i = 0; i < 7; ++i) {
     const auto &a = one["results"][i], &b = tp2["results"][i], &d = dp4["results"][i];
     ASSERT_FALSE(a.contains("error")) << a.dump();
     for (const char* k : {"label", "schedule", "folds", "recompute", "tokens_per_s",

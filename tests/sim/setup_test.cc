@@ -85,11 +85,11 @@ TEST(SimSetup, UnitCostsChargeOneUnitPerLayerPartAndDirection) {
   }
 }
 
-TEST(Compare, RowsAreTheSixSchedulesWithIterationAndBase) {
+TEST(Compare, RowsAreTheSevenSchedulesWithIterationAndBase) {
   const CostSetup c = build_cost(device_spec());
   const int L = static_cast<int>(c.model->layers);
   const Comparison cmp = compare_schedules(c, 2, 4, L);
-  ASSERT_EQ(cmp.entries.size(), 6u);
+  ASSERT_EQ(cmp.entries.size(), 7u);
   EXPECT_EQ(cmp.memory_limit, c.device->memory_bytes);
   for (const CompareEntry& e : cmp.entries) {
     ASSERT_TRUE(e.run.has_value()) << e.label << ": " << e.error;
@@ -102,7 +102,7 @@ TEST(Compare, RowsAreTheSixSchedulesWithIterationAndBase) {
     }
   }
   const nlohmann::json j = comparison_json(cmp, c);
-  ASSERT_EQ(j["results"].size(), 6u);
+  ASSERT_EQ(j["results"].size(), 7u);
   EXPECT_EQ(j["results"][1]["label"], "1f1b");
   EXPECT_DOUBLE_EQ(j["results"][1]["speedup_vs_1f1b"].get<double>(), 1.0);
 }
