@@ -1,4 +1,4 @@
-// helixpipe compare: every schedule (gpipe, 1f1b, interleaved V=2, zb1p, helix F=1, helix F=2) on
+// helixpipe compare: every schedule (gpipe, 1f1b, interleaved V=2, zb1p, adapipe, helix F=1, F=2) on
 // one model, sequence length and device, side by side: throughput, bubble, peak memory per stage;
 // with --tp / --data-parallel in a TP x PP x DP layout (sim/parallel.h), and with a device, whether
 // each schedule fits in the device's memory.
@@ -18,13 +18,13 @@ int cmd_compare(int argc, char** argv) {
                "throughput (and its ratio to 1F1B), bubble, MFU and peak activation memory per stage.",
                "helixpipe compare"};
   app.footer(
-      "Schedules: gpipe, 1f1b, interleaved V=2, zb1p, weipipe, helix F=1/F=2, each with its own\n"
-      "recomputation policy (helix no-attn, the others none) unless --recompute is given. A\n"
+      "Schedules: gpipe, 1f1b, interleaved (V=2), zb1p, weipipe, adapipe (1F1B, layers and\n"
+      "recomputation per stage searched to fit memory), helix F=1, helix F=2; helix recomputes\n"
+      "no-attn and the others none unless --recompute is given (adapipe chooses its own). A\n"
       "schedule that cannot run the shape is listed with the reason. With --device every row\n"
-      "states its memory per GPU (model states, stash, one layer's backward; docs/simulator.md)\n"
-      "and a row that does not fit in the device's memory is marked (\"fits\": false in JSON).\n"
-      "--tp/--data-parallel simulate one pipeline of a TP x PP x DP layout (ranks as in plan and\n"
-      "sweep; a stage's inter-node messages share its GPU's network port).\n\n"
+      "states its memory per GPU (docs/simulator.md); a row that does not fit is marked (\"fits\":\n"
+      "false in JSON). --tp/--data-parallel simulate one pipeline of a TP x PP x DP layout (ranks\n"
+      "as in plan and sweep; inter-node messages share a GPU's port).\n\n"
       "examples:\n"
       "  helixpipe compare --model=7b --seq-len=131072 --stages=8 --microbatches=16 --device=h20\n"
       "  helixpipe compare --model=7b --seq-len=131072 --tp=8 --stages=8 --microbatches=16 \\\n"
@@ -73,7 +73,7 @@ int cmd_compare(int argc, char** argv) {
     }
     over += e.fits ? 0 : 1;
     fmt::print("{:<16} {:<8} {:>11} {:>13} {:>7} {:>7.1f}% {:>5.1f}% {:>12} {:>12} {:>12}{}\n",
-               e.label, recompute_str(e.run->schedule.recompute), human_seconds(e.iteration),
+               e.label, recompute_label(e.run->schedule), human_seconds(e.iteration),
                e.tokens_per_s > 0 ? fmt::format("{:.1f}", e.tokens_per_s) : "-",
                base > 0 ? fmt::format("{:.3f}", base / e.iteration) : "-", 100 * r.bubble_fraction,
                100 * r.mfu * r.makespan / e.iteration,

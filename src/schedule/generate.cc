@@ -74,29 +74,33 @@ Schedule make_header(const ScheduleSpec& spec, Recompute policy) {
   s.folds = spec.folds;
   s.virtual_stages = spec.virtual_stages;
   s.recompute = policy;
+  s.stage_recompute = spec.stage_recompute;
   s.transfer = spec.transfer;
   s.stages.resize(spec.stages);
   return s;
 }
 
-// One chunk per stage (GPipe, 1F1B, ZB-H1).
-std::vector<Chunk> stage_chunks(int layers, int p) {
+// One chunk per stage (GPipe, 1F1B, ZB-H1): `counts` layers on each stage, or split_layers().
+std::vector<Chunk> stage_chunks(int layers, int p, const std::vector<int>& counts = {}) {
   std::vector<Chunk> chunks;
   auto ranges = split_layers(layers, p);
+  for (int r = 0, next = 1; r < p && !counts.empty(); next += counts[r++])
+    ranges[r] = {next, next + counts[r] - 1};
   for (int r = 0; r < p; ++r) {
     chunks.push_back(Chunk{ranges[r].first, ranges[r].second, r == 0, r == p - 1});
   }
   return chunks;
 }
 
-void gen_gpipe(Schedule& s) {
-  auto chunks = stage_chunks(s.layers, s.num_stages);
+void gen_gpipe(Schedule& s, const std::vector<int>& counts) {
+  auto chunks = stage_chunks(s.layers, s.num_stages, counts);
   for (int r = 0; r < s.num_stages; ++r) {
     auto parts = chunk_parts(chunks[r]);
+    const Recompute pol = s.policy_of(r);
     for (int i = 0; i < s.microbatches; ++i)
-      s.stages[r].ops.push_back(make_op(Dir::kF, i, parts, s.recompute));
+      s.stages[r].ops.push_back(make_op(Dir::kF, i, parts, pol));
     for (int i = 0; i < s.microbatches; ++i)
-      s.stages[r].ops.push_back(make_op(Dir::kB, i, parts, s.recompute));
+      s.stages[r].ops.push_back(make_op(Dir::kB, i, parts, pol));
   }
 }
 
@@ -104,27 +108,48 @@ void gen_gpipe(Schedule& s) {
 // drains the remaining backwards. ZB-H1 is the same with B split into I and W, where stage r
 // keeps up to r W's pending (run later, filling the drain bubble): the stage never holds more than
 // p micro-batches in flight, the count 1F1B holds on stage 0.
-void gen_1f1b(Schedule& s, bool split) {
+void gen_1f1b(Schedule& s, bool split, const std::vector<int>& counts) {
   const int p = s.num_stages, m = s.microbatches;
-  auto chunks = stage_chunks(s.layers, p);
+  auto chunks = stage_chunks(s.layers, p, counts);
   for (int r = 0; r < p; ++r) {
     auto parts = chunk_parts(chunks[r]);
+    const Recompute pol = s.policy_of(r);
     auto& ops = s.stages[r].ops;
     const int warmup = std::min(p - 1 - r, m);
     const int defer = split ? r : 0;
     int next_f = 0, next_w = 0;
-    for (; next_f < warmup; ++next_f) ops.push_back(make_op(Dir::kF, next_f, parts, s.recompute));
+    for (; next_f < warmup; ++next_f) ops.push_back(make_op(Dir::kF, next_f, parts, pol));
     for (int j = 0; j < m; ++j) {
-      if (next_f < m) ops.push_back(make_op(Dir::kF, next_f++, parts, s.recompute));
+      if (next_f < m) ops.push_back(make_op(Dir::kF, next_f++, parts, pol));
       if (!split) {
-        ops.push_back(make_op(Dir::kB, j, parts, s.recompute));
+        ops.push_back(make_op(Dir::kB, j, parts, pol));
         continue;
       }
-      ops.push_back(make_op(Dir::kI, j, parts, s.recompute));
-      while (j + 1 - next_w > defer) ops.push_back(make_op(Dir::kW, next_w++, parts, s.recompute));
+      ops.push_back(make_op(Dir::kI, j, parts, pol));
+      while (j + 1 - next_w > defer) ops.push_back(make_op(Dir::kW, next_w++, parts, pol));
     }
-    while (next_w < m && split) ops.push_back(make_op(Dir::kW, next_w++, parts, s.recompute));
+    while (next_w < m && split) ops.push_back(make_op(Dir::kW, next_w++, parts, pol));
   }
+}
+
+// An uneven plan (ScheduleSpec::stage_layers / stage_recompute) has one entry per stage, and its
+// layer counts are >= 1 and add up to L.
+void check_stage_plan(const ScheduleSpec& spec) {
+  const auto& n = spec.stage_layers;
+  HP_CHECK(spec.stage_recompute.empty() ||
+               static_cast<int>(spec.stage_recompute.size()) == spec.stages,
+           "{} per-stage recompute policies given for {} stages", spec.stage_recompute.size(),
+           spec.stages);
+  if (n.empty()) return;
+  HP_CHECK(static_cast<int>(n.size()) == spec.stages, "{} per-stage layer counts given for {} stages",
+           n.size(), spec.stages);
+  int sum = 0;
+  for (int k : n) {
+    HP_CHECK(k >= 1, "every stage needs at least one layer; a per-stage layer count is {}", k);
+    sum += k;
+  }
+  HP_CHECK(sum == spec.layers, "the per-stage layer counts add up to {}, not the {} layers", sum,
+           spec.layers);
 }
 
 // Megatron-LM's interleaved 1F1B: stage r holds chunks r, r+p, ..., r+(V-1)p of p*V model chunks.
@@ -325,6 +350,11 @@ Schedule generate(const ScheduleSpec& spec) {
            "--virtual={} applies to the interleaved schedule only; '{}' needs --virtual=1",
            spec.virtual_stages, spec.name);
   const Recompute policy = spec.recompute.value_or(default_recompute(spec.name));
+  HP_CHECK((spec.stage_layers.empty() && spec.stage_recompute.empty()) ||
+               spec.name == "gpipe" || spec.name == "1f1b" || spec.name == "zb1p",
+           "per-stage layer counts and recompute policies apply to gpipe, 1f1b and zb1p only, not "
+           "'{}'",
+           spec.name);
   Schedule s = make_header(spec, policy);
 
   const std::string Ls = layers_text(spec);
@@ -361,9 +391,10 @@ Schedule generate(const ScheduleSpec& spec) {
   HP_CHECK(L >= p, "{} needs at least one layer per stage: {} < --stages={}; {}", spec.name, Ls, p,
            spec.layers_from_model ? fmt::format("use --stages <= {}", L)
                                   : fmt::format("use --layers >= {}", p));
-  if (spec.name == "gpipe") gen_gpipe(s);
-  else if (spec.name == "1f1b") gen_1f1b(s, false);
-  else gen_1f1b(s, true);
+  check_stage_plan(spec);
+  if (spec.name == "gpipe") gen_gpipe(s, spec.stage_layers);
+  else if (spec.name == "1f1b") gen_1f1b(s, false, spec.stage_layers);
+  else gen_1f1b(s, true, spec.stage_layers);
   return s;
 }
 

@@ -25,6 +25,11 @@ struct ScheduleSpec {
   // Where L comes from, for the error messages: the --layers flag (schedule, simulate, ...), or a
   // model's num_hidden_layers (train and grad), in which case a fix names stage counts instead.
   bool layers_from_model = false;
+  // gpipe, 1f1b and zb1p only (an uneven plan such as AdaPipe's, sim/adapipe.h): the layer count
+  // of each stage, in stage order (size stages, each >= 1, summing to layers), and the
+  // recomputation policy of each stage (size stages). Empty: split_layers() and `recompute`.
+  std::vector<int> stage_layers = {};
+  std::vector<Recompute> stage_recompute = {};
 };
 
 // Builds the schedule. Throws hp::Error naming the broken constraint and the nearest valid values.

@@ -147,6 +147,12 @@ std::vector<Part> recompute_parts(const ComputeOp& op, Recompute policy) {
   return out;
 }
 
+std::string recompute_label(const Schedule& s) {
+  for (Recompute r : s.stage_recompute)
+    if (r != s.stage_recompute.front()) return "mixed";
+  return recompute_str(s.stage_recompute.empty() ? s.recompute : s.stage_recompute.front());
+}
+
 std::string op_str(const ComputeOp& op) {
   std::string s = std::string(dir_str(op.dir)) + " " + std::to_string(op.mb);
   for (const Part& p : op.parts) s += " " + p.str();

@@ -146,10 +146,16 @@ struct Schedule {
   int folds = 1;                // F (HelixPipe)
   int virtual_stages = 1;       // V (interleaved 1F1B)
   Recompute recompute = Recompute::kNone;
+  // One policy per stage when stages differ (an AdaPipe plan, sim/adapipe.h); empty: `recompute`
+  // on every stage. Whatever reads a stage's policy goes through policy_of().
+  std::vector<Recompute> stage_recompute = {};
   TransferMode transfer = TransferMode::kWeights;
   std::vector<Stage> stages;      // size p
   std::vector<Message> messages;  // empty until lower() runs
 
+  Recompute policy_of(int stage) const {
+    return stage_recompute.empty() ? recompute : stage_recompute[static_cast<size_t>(stage)];
+  }
   bool is_lowered() const { return !messages.empty() || (!stages.empty() && !stages[0].lowered.empty()); }
 };
 
@@ -157,6 +163,10 @@ struct Schedule {
 // no-attn -> every part but attention. (Attention under no-attn recomputes its QKV projection and
 // rotary internally; see docs/memory.md.)
 std::vector<Part> recompute_parts(const ComputeOp& op, Recompute policy);
+
+// The schedule's policy as one word: recompute_str() of it when every stage follows the same one,
+// else "mixed" (stage_recompute then says which).
+std::string recompute_label(const Schedule& s);
 
 // "F 3 embed pre:1" style, for messages and debugging (the file format lives in text_io.h).
 std::string op_str(const ComputeOp& op);

@@ -214,7 +214,7 @@ bool ScheduleIndex::attn_remote(int layer, int mb) const {
 PartContext ScheduleIndex::context(int stage, int op, int k) const {
   const ComputeOp& c = s_->stages[stage].ops[op];
   PartContext ctx;
-  ctx.policy = s_->recompute;
+  ctx.policy = s_->policy_of(stage);
   ctx.transfer = s_->transfer;
   ctx.first_in_op = k == 0;
   ctx.feeds_next_in_op = k + 1 < static_cast<int>(c.parts.size());

@@ -152,6 +152,9 @@ int bounded(long long v, long long lo, long long hi, const std::string& where, c
 }  // namespace
 
 std::string schedule_to_text(const Schedule& s) {
+  HP_CHECK(s.stage_recompute.empty(),
+           "a schedule whose stages recompute differently has no file form (the format states one "
+           "recompute policy)");
   std::string out = fmt::format("helixpipe-schedule {}\n", kFormatVersion);
   out += fmt::format("name {}\nstages {}\nmicrobatches {}\nlayers {}\nfolds {}\nvirtual {}\n"
                      "recompute {}\ntransfer {}\n",
@@ -292,6 +295,9 @@ Schedule schedule_from_text(std::string_view text, const std::string& where) {
 }
 
 nlohmann::json schedule_to_json(const Schedule& s) {
+  HP_CHECK(s.stage_recompute.empty(),
+           "a schedule whose stages recompute differently has no file form (the format states one "
+           "recompute policy)");
   nlohmann::json j;
   j["schedule"] = s.name;
   j["version"] = kFormatVersion;

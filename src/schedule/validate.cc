@@ -61,6 +61,8 @@ void check_shape(const Schedule& s, Errors& err) {
   if (L < 1) err.add("the schedule has {} layers; it needs at least 1", L);
   if (static_cast<int>(s.stages.size()) != p)
     err.add("the header says {} stages but the schedule lists {}", p, s.stages.size());
+  if (!s.stage_recompute.empty() && static_cast<int>(s.stage_recompute.size()) != p)
+    err.add("the schedule has {} per-stage recompute policies for {} stages", s.stage_recompute.size(), p);
   if (err.any()) return;
   const int64_t pairs = static_cast<int64_t>(m) * (3 * static_cast<int64_t>(L) + 2);
   if (pairs > 4'000'000) {
@@ -96,10 +98,10 @@ void check_shape(const Schedule& s, Errors& err) {
           break;
         }
       }
-      const std::vector<Part> want = recompute_parts(op, s.recompute);
+      const std::vector<Part> want = recompute_parts(op, s.policy_of(st));
       if (op.recompute != want)
         err.add("{}: the op recomputes {} but recompute policy '{}' means {}", where(s, st, i),
-                parts_str(op.recompute), recompute_str(s.recompute), parts_str(want));
+                parts_str(op.recompute), recompute_str(s.policy_of(st)), parts_str(want));
     }
   }
   err.finish();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "sim/adapipe.h"
 #include "sim/weipipe.h"
 #include "util/error.h"
 
@@ -28,12 +29,20 @@ Comparison compare_schedules(const CostSetup& c, int stages, int microbatches, i
   add("interleaved V=2", "interleaved", 1, 2);
   add("zb1p", "zb1p", 1, 1);
   add("weipipe", "weipipe", 1, 1);  // not a generator: sim/weipipe.h replays its ring
+  add("adapipe", "1f1b", 1, 1);  // 1F1B with AdaPipe's layer split and recomputation per stage
   add("helix F=1", "helix", 1, 1);
   add("helix F=2", "helix", 2, 1);
   const Layout& lay = c.layout;
   cmp.memory_limit = c.device ? c.device->memory_bytes : 0;
   for (CompareEntry& e : cmp.entries) {
     try {
+      if (e.label == "adapipe") {
+        const AdaPipePlan plan = adapipe_plan(c, stages, microbatches, layers, cmp.memory_limit);
+        HP_CHECK(plan.found, "adapipe: no layer split with per-stage recomputation fits {} bytes "
+                 "per GPU", cmp.memory_limit);
+        e.spec.stage_layers = plan.layers;
+        e.spec.stage_recompute = plan.recompute;
+      }
       e.run = e.spec.name == "weipipe" ? simulate_weipipe_spec(e.spec, c)
                                         : simulate_spec(e.spec, c, false);
     } catch (const Error& err) {
@@ -44,26 +53,37 @@ Comparison compare_schedules(const CostSetup& c, int stages, int microbatches, i
     if (c.model && c.device) {
       const std::string& sched = e.spec.name;
       const bool wei = sched == "weipipe";
-      const double params = static_cast<double>(wei ? weipipe_rank_params(*c.model, stages)
-                                                    : max_stage_params(*c.model, sched, stages)) /
-                            lay.tp;
+      const bool uneven = !e.spec.stage_layers.empty();
+      const double params =
+          static_cast<double>(wei      ? weipipe_rank_params(*c.model, stages)
+                              : uneven ? plan_max_params(*c.model, e.spec.stage_layers)
+                                       : max_stage_params(*c.model, sched, stages)) /
+          lay.tp;
       const LinkProfile& dp_link =
           lay.tp * lay.dp <= c.device->gpus_per_node ? c.device->intra : c.device->inter;
       e.allreduce = dp_allreduce_time(params * 2, lay.dp, dp_link);
       double stash = 0;  // the busiest stage's, whole TP group
-      for (const auto& st : r.stages)
-        stash = std::max(stash, static_cast<double>(st.peak_activation_bytes) * lay.tp);
+      std::vector<double> stashes;
+      for (const auto& st : r.stages) {
+        stashes.push_back(static_cast<double>(st.peak_activation_bytes) * lay.tp);
+        stash = std::max(stash, stashes.back());
+      }
       const Layout lay_p{lay.tp, stages, lay.dp};
       const int eb = c.device->bytes_per_elem();
-      e.memory = wei ? weipipe_memory(*c.model, lay_p, c.tokens_per_mb, stash, eb)
-                     : gpu_memory(*c.model, sched, lay_p, c.tokens_per_mb, stash, 0, eb);
+      if (wei)
+        e.memory = weipipe_memory(*c.model, lay_p, c.tokens_per_mb, stash, eb);
+      else if (uneven)  // each stage's own parameters and stash
+        e.memory = plan_gpu_memory(*c.model, lay_p, c.tokens_per_mb, e.spec.stage_layers, stashes,
+                                   0, eb);
+      else
+        e.memory = gpu_memory(*c.model, sched, lay_p, c.tokens_per_mb, stash, 0, eb);
       e.fits = cmp.memory_limit <= 0 || e.memory->total() <= cmp.memory_limit;
     }
     e.iteration = r.makespan + e.allreduce;
     e.tokens_per_s = e.iteration > 0 && c.tokens_per_mb > 0
                          ? static_cast<double>(c.tokens_per_mb) * microbatches * lay.dp / e.iteration
                          : r.tokens_per_s;
-    if (e.spec.name == "1f1b") cmp.base = e.iteration;
+    if (e.label == "1f1b") cmp.base = e.iteration;
   }
   return cmp;
 }
@@ -87,6 +107,10 @@ nlohmann::json comparison_json(const Comparison& cmp, const CostSetup& c) {
       j["allreduce_s"] = e.allreduce;
       j["iteration_s"] = e.iteration;
       j["speedup_vs_1f1b"] = cmp.base > 0 ? cmp.base / e.iteration : 0.0;
+      if (!e.spec.stage_layers.empty()) {
+        j["partition"] = e.spec.stage_layers;
+        j["stage_recompute"] = recompute_names(e.spec.stage_recompute);
+      }
       if (e.memory) {
         j["memory_per_gpu_bytes"] = e.memory->total();
         j["memory"] = {{"model_states", e.memory->model_states},

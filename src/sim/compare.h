@@ -1,6 +1,8 @@
-// Every schedule (gpipe, 1f1b, interleaved V=2, zb1p, weipipe, helix F=1, helix F=2) simulated on
-// one cost setup, with the DP all-reduce, the iteration, tokens/s and (with a model and a device)
-// the memory per GPU and whether it fits: the rows of `helixpipe compare`.
+// Every schedule (gpipe, 1f1b, interleaved V=2, zb1p, weipipe, adapipe, helix F=1, helix F=2)
+// simulated on one cost setup (weipipe: sim/weipipe.h's ring; adapipe: 1F1B with the layer split
+// and per-stage recomputation of sim/adapipe.h, searched for the device's memory), with the DP
+// all-reduce, the iteration, tokens/s and (with a model and a device) the memory per GPU and
+// whether it fits: the rows of `helixpipe compare`.
 #pragma once
 
 #include <optional>

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "schedule/lower.h"
 #include "schedule/values.h"
@@ -65,6 +66,22 @@ std::vector<int64_t> stash_peaks(const Schedule& s, const ModelConfig& cfg, int6
     }
   }
   return peaks;
+}
+
+int64_t op_stash_bytes(const std::vector<Part>& parts, Recompute policy, TransferMode transfer,
+                       const ModelConfig& cfg, int layers, int64_t tokens, ElemBytes eb) {
+  std::set<Value> kept;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    PartContext ctx;
+    ctx.policy = policy;
+    ctx.transfer = transfer;
+    ctx.first_in_op = k == 0;
+    ctx.feeds_next_in_op = k + 1 < parts.size();
+    for (const Value& v : forward_stash(parts[k], ctx, layers)) kept.insert(v);
+  }
+  int64_t bytes = 0;
+  for (const Value& v : kept) bytes += value_elems(v, cfg, tokens) * eb.of(v.kind);
+  return bytes;
 }
 
 }  // namespace hp

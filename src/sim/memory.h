@@ -21,4 +21,11 @@ namespace hp {
 std::vector<int64_t> stash_peaks(const Schedule& s, const ModelConfig& cfg, int64_t tokens,
                                  ElemBytes eb);
 
+// Bytes one forward op keeps for its backward (the same count stash_peaks makes for an F op):
+// `parts` run as one op in model order under `policy`, every part on this stage (no remote
+// attention), each value counted once. A 1F1B stage holding k micro-batches in flight peaks at k
+// times this.
+int64_t op_stash_bytes(const std::vector<Part>& parts, Recompute policy, TransferMode transfer,
+                       const ModelConfig& cfg, int layers, int64_t tokens, ElemBytes eb);
+
 }  // namespace hp

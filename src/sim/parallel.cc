@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "schedule/lower.h"
+#include "sim/adapipe.h"
 #include "sim/memory.h"
 #include "util/error.h"
 
@@ -18,7 +19,8 @@ std::string PlanCase::label() const {
   std::string s = schedule;
   if (schedule == "helix") s += fmt::format(" F={}", folds);
   if (schedule == "interleaved") s += fmt::format(" V={}", virtual_stages);
-  s += std::string(" ") + recompute_str(recompute);
+  if (schedule != "adapipe") s += std::string(" ") + recompute_str(recompute);
+  else if (!stage_layers.empty()) s += " " + adapipe_plan_str(stage_layers, stage_recompute);
   if (schedule == "helix") s += std::string(" ") + transfer_str(transfer);
   if (mlp_chunk > 0) s += fmt::format(" mlp-chunk={}", mlp_chunk);
   if (rounds > 1) s += fmt::format(" x{} calls", rounds);
@@ -92,11 +94,24 @@ int64_t max_stage_params(const ModelConfig& cfg, const std::string& schedule, in
   return layers * per_layer + std::max(embed, head);
 }
 
+int64_t stage_params(const ModelConfig& cfg, int64_t layers, bool embed, bool head) {
+  const int64_t emb = cfg.vocab * cfg.hidden;
+  return layers * cfg.params_per_layer() + (embed ? emb : 0) +
+         (head ? cfg.hidden + (cfg.tie_embeddings ? 0 : emb) : 0);
+}
+
 GpuMemory gpu_memory(const ModelConfig& cfg, const std::string& schedule, const Layout& lay,
                      int64_t tokens, double peak_stash_bytes, int64_t mlp_chunk, int e) {
+  return stage_gpu_memory(cfg, lay, tokens,
+                          static_cast<double>(max_stage_params(cfg, schedule, lay.pp)),
+                          peak_stash_bytes, mlp_chunk, e);
+}
+
+GpuMemory stage_gpu_memory(const ModelConfig& cfg, const Layout& lay, int64_t tokens,
+                           double param_elems, double peak_stash_bytes, int64_t mlp_chunk, int e) {
   const double t = lay.tp, d = lay.dp;
   GpuMemory m;
-  const double params = static_cast<double>(max_stage_params(cfg, schedule, lay.pp)) / t;
+  const double params = param_elems / t;
   m.model_states = params * (2 + 4 + 12.0 / d);
   m.activations = peak_stash_bytes / t;
   const double h = static_cast<double>(cfg.hidden), q = static_cast<double>(cfg.qkv_dim());
@@ -149,7 +164,7 @@ PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg, int64_t seq_len,
   const Layout& lay = pc.layout;
   const int t = lay.tp, d = lay.dp;
   ScheduleSpec spec;
-  spec.name = pc.schedule;
+  spec.name = pc.schedule == "adapipe" ? "1f1b" : pc.schedule;
   spec.stages = lay.pp;
   spec.microbatches = pc.microbatches;
   spec.layers = static_cast<int>(cfg.layers);
@@ -157,23 +172,40 @@ PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg, int64_t seq_len,
   spec.virtual_stages = pc.virtual_stages;
   spec.recompute = pc.recompute;
   spec.transfer = pc.transfer;
+  const int e = dev.bytes_per_elem();
+  const int64_t tokens = seq_len;  // micro-batch size 1
+  CostModel cost = parallel_costs(cfg, seq_len, 1, dev, pc.transfer, lay);
+  if (pc.schedule == "adapipe" && pc.stage_layers.empty() && lay.pp <= cfg.layers) {
+    const AdaPipePlan plan = adapipe_search(adapipe_table(cost, &cfg, tokens, e, lay, pc.transfer,
+                                                          lay.pp, pc.microbatches,
+                                                          static_cast<int>(cfg.layers),
+                                                          memory_bytes, pc.mlp_chunk));
+    if (!plan.found) return r;  // nothing fits: too big, not an error
+    r.c.stage_layers = plan.layers;
+    r.c.stage_recompute = plan.recompute;
+  }
+  spec.stage_layers = r.c.stage_layers;
+  spec.stage_recompute = r.c.stage_recompute;
   Schedule s;
   try {
     s = generate(spec);
-  } catch (const Error& e) {
-    r.error = e.what();
+  } catch (const Error& err) {
+    r.error = err.what();
     return r;
   }
-  const int e = dev.bytes_per_elem();
-  const int64_t tokens = seq_len;  // micro-batch size 1
   auto peaks = stash_peaks(s, cfg, tokens, e);
   const double stash = static_cast<double>(*std::max_element(peaks.begin(), peaks.end()));
-  const double params = static_cast<double>(max_stage_params(cfg, pc.schedule, lay.pp)) / t;
+  const bool uneven = !r.c.stage_layers.empty();
+  const double params =
+      static_cast<double>(uneven ? plan_max_params(cfg, r.c.stage_layers)
+                                 : max_stage_params(cfg, pc.schedule, lay.pp)) / t;
   r.memory = gpu_memory(cfg, pc.schedule, lay, tokens, stash, pc.mlp_chunk, e);
+  if (uneven)
+    r.memory = plan_gpu_memory(cfg, lay, tokens, r.c.stage_layers,
+                               std::vector<double>(peaks.begin(), peaks.end()), pc.mlp_chunk, e);
   r.fits = r.memory.total() <= memory_bytes;
   if (!r.fits && !simulate_all) return r;
 
-  CostModel cost = parallel_costs(cfg, seq_len, 1, dev, pc.transfer, lay);
   lower(s, &cfg, tokens);
   SimOptions opt;
   opt.record_timeline = false;

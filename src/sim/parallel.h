@@ -74,6 +74,10 @@ struct PlanCase {
   // Pipeline calls per iteration, each running `microbatches` and flushing (gradient accumulation
   // across calls): FILO schedules keep every micro-batch of a call, so memory falls with it.
   int rounds = 1;
+  // schedule "adapipe" (1F1B with AdaPipe's plan, sim/adapipe.h): the layers and the recompute
+  // policy of each stage; evaluate() searches them when empty.
+  std::vector<int> stage_layers = {};
+  std::vector<Recompute> stage_recompute = {};
   std::string label() const; // "helix F=2 no-attn weights"
 };
 
@@ -102,6 +106,14 @@ struct PlanResult {
 // whole peak stash (all of its TP group), `tokens` = b*s of one micro-batch, `mlp_chunk` 0 = none.
 GpuMemory gpu_memory(const ModelConfig& cfg, const std::string& schedule, const Layout& layout,
                      int64_t tokens, double peak_stash_bytes, int64_t mlp_chunk, int bytes_per_elem);
+
+// Parameters (elements) of a pipeline stage holding `layers` layers, plus the embedding when
+// `embed` and the final norm and LM head when `head`.
+int64_t stage_params(const ModelConfig& cfg, int64_t layers, bool embed, bool head);
+// gpu_memory() for one stage whose parameters are `params` elements (its whole TP group's).
+GpuMemory stage_gpu_memory(const ModelConfig& cfg, const Layout& layout, int64_t tokens,
+                           double params, double peak_stash_bytes, int64_t mlp_chunk,
+                           int bytes_per_elem);
 
 // Memory first (cheap: generate + stash); simulates only when it fits within `memory_bytes` (or
 // always when `simulate_all`).

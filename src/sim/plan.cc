@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "sim/adapipe.h"
 #include "util/error.h"
 #include "util/human_units.h"
 
@@ -35,6 +36,9 @@ std::vector<PlanCase> plan_candidates(const Layout& lay, const std::vector<int>&
       out.push_back(c);
     }
     c.virtual_stages = 1;
+    c.schedule = "adapipe";  // its recomputation is searched per stage by evaluate()
+    c.recompute = Recompute::kNone;
+    out.push_back(c);
     c.schedule = "helix";
     for (int F : {1, 2})
       for (TransferMode tm : {TransferMode::kWeights, TransferMode::kActivations})
@@ -88,6 +92,17 @@ std::string plan_why(const PlanResult& w, const PlanResult& r) {
   return s;
 }
 
+namespace {
+
+// An uneven plan's layers and policies per stage (adapipe), as compare's JSON gives them.
+void add_stage_plan(nlohmann::json& j, const PlanCase& c) {
+  if (c.stage_layers.empty()) return;
+  j["partition"] = c.stage_layers;
+  j["stage_recompute"] = recompute_names(c.stage_recompute);
+}
+
+}  // namespace
+
 nlohmann::json plan_ranked_json(const std::vector<PlanResult>& fit, int top) {
   nlohmann::json ranked = nlohmann::json::array();
   for (size_t i = 0; i < fit.size() && static_cast<int>(i) < top; ++i) {
@@ -99,6 +114,7 @@ nlohmann::json plan_ranked_json(const std::vector<PlanResult>& fit, int top) {
                       {"mlp_chunk", r.c.mlp_chunk}, {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
                       {"iteration_s", r.iteration}, {"bubble_fraction", r.bubble_fraction},
                       {"comm_exposed", r.comm_exposed}, {"memory_per_gpu_bytes", r.memory.total()}});
+    add_stage_plan(ranked.back(), r.c);
   }
   return ranked;
 }
@@ -169,6 +185,8 @@ PlanResult best_fitting(const std::string& family, const ModelConfig& cfg, int64
           c.recompute = r;
           cases.push_back(c);
         }
+    } else if (family == "adapipe") {
+      cases.push_back(c);  // one case: the search inside evaluate() picks the recomputation
     } else {
       for (Recompute r : {Recompute::kNone, Recompute::kFull}) {
         c.recompute = r;
@@ -191,6 +209,7 @@ nlohmann::json sweep_entry_json(const PlanResult& r) {
               {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
               {"memory_per_gpu_bytes", r.memory.total()},
               {"bubble_fraction", r.bubble_fraction}, {"comm_exposed", r.comm_exposed}});
+    add_stage_plan(j, r.c);
   }
   return j;
 }

@@ -21,8 +21,9 @@ namespace hp {
 double usable_memory(const DeviceProfile& dev, double memory_gib);
 
 // The configurations plan tries on one layout, for each micro-batch count in `ms`: gpipe, 1f1b
-// and zb1p (recompute none, full), interleaved V=2 (none, full), and helix F=1, 2 in both transfer
-// modes with no-attn, none and full.
+// and zb1p (recompute none, full), interleaved V=2 (none, full), adapipe (layers and recompute per
+// stage searched, sim/adapipe.h), and helix F=1, 2 in both transfer modes with no-attn, none and
+// full.
 std::vector<PlanCase> plan_candidates(const Layout& lay, const std::vector<int>& ms);
 
 struct PlanSearch {
@@ -53,9 +54,9 @@ PlanVerdict plan_verdict(const std::vector<PlanResult>& fit, const ModelConfig& 
                          int64_t seq_len, const DeviceProfile& dev);
 
 // The best fitting configuration of one schedule family ("helix": F = 1, 2 with no-attn or none;
-// others: recompute none or full) at sequence length `s` on `gpus` GPUs, m = global_batch / DP,
-// over the layouts with PP >= 2 (and the given TP / PP when `want_tp` / `want_pp` > 0);
-// fits = false when none fits.
+// "adapipe": its own per-stage search; others: recompute none or full) at sequence length `s` on
+// `gpus` GPUs, m = global_batch / DP, over the layouts with PP >= 2 (and the given TP / PP when
+// `want_tp` / `want_pp` > 0); fits = false when none fits.
 PlanResult best_fitting(const std::string& family, const ModelConfig& cfg, int64_t s, int gpus,
                         const DeviceProfile& dev, double memory, int global_batch, int want_tp,
                         int want_pp);

@@ -36,7 +36,7 @@ class SimClock : public WalkTransport {
 
   OpTimes compute(int stage, int op) override {
     const ComputeOp& c = s_.stages[stage].ops[op];
-    double d = cost_.op_time(c, s_.recompute);
+    double d = cost_.op_time(c, s_.policy_of(stage));
     if (!opt_.stage_time_scale.empty()) d *= opt_.stage_time_scale[static_cast<size_t>(stage)];
     total_flops_ += cost_.op_flops(c);
     const OpTimes t{now_[stage], now_[stage] + d};
@@ -264,7 +264,7 @@ nlohmann::json sim_result_json(const SimResult& r, const Schedule& s) {
           {"layers", s.layers},
           {"folds", s.folds},
           {"virtual", s.virtual_stages},
-          {"recompute", recompute_str(s.recompute)},
+          {"recompute", recompute_label(s)},
           {"makespan", r.makespan},
           {"bubble", r.bubble},
           {"bubble_fraction", r.bubble_fraction},

@@ -85,11 +85,11 @@ TEST(SimSetup, UnitCostsChargeOneUnitPerLayerPartAndDirection) {
   }
 }
 
-TEST(Compare, RowsAreTheSevenSchedulesWithIterationAndBase) {
+TEST(Compare, RowsAreTheEightSchedulesWithIterationAndBase) {
   const CostSetup c = build_cost(device_spec());
   const int L = static_cast<int>(c.model->layers);
   const Comparison cmp = compare_schedules(c, 2, 4, L);
-  ASSERT_EQ(cmp.entries.size(), 7u);
+  ASSERT_EQ(cmp.entries.size(), 8u);  // adapipe runs 1F1B too, under its own label
   EXPECT_EQ(cmp.memory_limit, c.device->memory_bytes);
   for (const CompareEntry& e : cmp.entries) {
     ASSERT_TRUE(e.run.has_value()) << e.label << ": " << e.error;
@@ -97,12 +97,12 @@ TEST(Compare, RowsAreTheSevenSchedulesWithIterationAndBase) {
     EXPECT_DOUBLE_EQ(e.tokens_per_s, static_cast<double>(c.tokens_per_mb) * 4 / e.iteration);
     ASSERT_TRUE(e.memory.has_value());
     EXPECT_EQ(e.fits, e.memory->total() <= cmp.memory_limit);
-    if (e.spec.name == "1f1b") {
+    if (e.label == "1f1b") {
       EXPECT_EQ(cmp.base, e.iteration);
     }
   }
   const nlohmann::json j = comparison_json(cmp, c);
-  ASSERT_EQ(j["results"].size(), 7u);
+  ASSERT_EQ(j["results"].size(), 8u);
   EXPECT_EQ(j["results"][1]["label"], "1f1b");
   EXPECT_DOUBLE_EQ(j["results"][1]["speedup_vs_1f1b"].get<double>(), 1.0);
 }
@@ -130,8 +130,9 @@ TEST(Plan, UsableMemoryIsTheFlagOrTheDevices) {
 TEST(Plan, CandidatesPerMicroBatchCount) {
   const Layout lay{1, 2, 1};
   const auto one = plan_candidates(lay, {2});
-  // gpipe, 1f1b, zb1p and interleaved x {none, full}; helix F=1,2 x 2 transfers x 3 policies.
-  EXPECT_EQ(one.size(), 4u * 2 + 2 * 2 * 3);
+  // gpipe, 1f1b, zb1p and interleaved x {none, full}; adapipe (searched); helix F=1,2 x 2
+  // transfers x 3 policies.
+  EXPECT_EQ(one.size(), 4u * 2 + 1 + 2 * 2 * 3);
   EXPECT_EQ(plan_candidates(lay, {2, 4, 8}).size(), 3 * one.size());
   for (const PlanCase& c : one) EXPECT_EQ(c.virtual_stages, c.schedule == "interleaved" ? 2 : 1);
 }
