@@ -40,7 +40,7 @@ Comparison compare_schedules(const CostSetup& c, int stages, int microbatches, i
     const SimResult& r = e.run->result;
     if (c.model && c.device) {
       const std::string& sched = e.spec.name;
-      const double params = static_cast<double>(max_stage_params(*c.model, sched, stages)) / lay.tp;
+      const double params = stage_params_per_gpu(*c.model, sched, stages, lay.tp);
       const LinkProfile& dp_link =
           lay.tp * lay.dp <= c.device->gpus_per_node ? c.device->intra : c.device->inter;
       e.allreduce = dp_allreduce_time(params * 2, lay.dp, dp_link);

@@ -83,26 +83,37 @@ std::vector<Layout> layouts(int gpus, int layers, int gpus_per_node, int min_pp)
   return out;
 }
 
+double stage_params_per_gpu(const ModelConfig& cfg, const std::string& schedule, int pp, int tp) {
+  const double t = tp;
+  const double body = static_cast<double>(((cfg.layers + pp - 1) / pp) * cfg.params_per_layer());
+  const double pos = static_cast<double>(cfg.position_rows() * cfg.hidden);  // whole on each rank
+  const double embed = static_cast<double>(cfg.embed_params()) - pos;
+  const double head = static_cast<double>(cfg.head_params());
+  if (pp == 1 || schedule == "helix") return (body + embed + head) / t + pos;
+  // The head's stage is another one: a tied LM head is a copy of the token table there.
+  const double head_copy =
+      head + (cfg.tie_embeddings ? static_cast<double>(cfg.vocab * cfg.hidden) : 0.0);
+  return std::max((body + embed) / t + pos, (body + head_copy) / t);
+}
+
 int64_t max_stage_params(const ModelConfig& cfg, const std::string& schedule, int pp) {
-  const int64_t per_layer = cfg.params_per_layer();
-  const int64_t layers = (cfg.layers + pp - 1) / pp;
-  const int64_t embed = cfg.vocab * cfg.hidden;
-  const int64_t head = cfg.hidden + (cfg.tie_embeddings ? 0 : embed);
-  if (pp == 1 || schedule == "helix") return layers * per_layer + embed + head;
-  return layers * per_layer + std::max(embed, head);
+  return static_cast<int64_t>(stage_params_per_gpu(cfg, schedule, pp, 1));
 }
 
 GpuMemory gpu_memory(const ModelConfig& cfg, const std::string& schedule, const Layout& lay,
                      int64_t tokens, double peak_stash_bytes, int64_t mlp_chunk, int e) {
   const double t = lay.tp, d = lay.dp;
   GpuMemory m;
-  const double params = static_cast<double>(max_stage_params(cfg, schedule, lay.pp)) / t;
+  const double params = stage_params_per_gpu(cfg, schedule, lay.pp, lay.tp);
   m.model_states = params * (2 + 4 + 12.0 / d);
   m.activations = peak_stash_bytes / t;
   const double h = static_cast<double>(cfg.hidden), q = static_cast<double>(cfg.qkv_dim());
   const double f = static_cast<double>(cfg.intermediate), T = static_cast<double>(tokens);
   const double f_share = mlp_chunk > 0 ? std::min(1.0, static_cast<double>(mlp_chunk) / T) : 1.0;
-  m.working = T * (7 * h + q + 4 * f * f_share + 2 + static_cast<double>(cfg.heads)) * e / t;
+  // The MLP's T x ffn temporaries of a backward: G, U, H, dH (LLaMA); G, H, dH (GPT's GeLU).
+  const double mlp_temps = cfg.is_gpt() ? 3 : 4;
+  m.working =
+      T * (7 * h + q + mlp_temps * f * f_share + 2 + static_cast<double>(cfg.heads)) * e / t;
   return m;
 }
 
@@ -142,8 +153,9 @@ std::string OverlapCheck::describe() const {
       ms(t_attn), ms(t_comm), link);
 }
 
-PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg, int64_t seq_len,
+PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg_in, int64_t seq_len,
                     const DeviceProfile& dev, double memory_bytes, bool simulate_all) {
+  const ModelConfig cfg = cfg_in.for_sequence(seq_len);  // a learned table covers the sequence
   PlanResult r;
   r.c = pc;
   const Layout& lay = pc.layout;
@@ -168,7 +180,7 @@ PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg, int64_t seq_len,
   const int64_t tokens = seq_len;  // micro-batch size 1
   auto peaks = stash_peaks(s, cfg, tokens, e);
   const double stash = static_cast<double>(*std::max_element(peaks.begin(), peaks.end()));
-  const double params = static_cast<double>(max_stage_params(cfg, pc.schedule, lay.pp)) / t;
+  const double params = stage_params_per_gpu(cfg, pc.schedule, lay.pp, t);
   r.memory = gpu_memory(cfg, pc.schedule, lay, tokens, stash, pc.mlp_chunk, e);
   r.fits = r.memory.total() <= memory_bytes;
   if (!r.fits && !simulate_all) return r;

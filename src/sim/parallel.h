@@ -142,7 +142,12 @@ OverlapCheck overlap_check(const PlanCase& c, const ModelConfig& cfg, int64_t se
 std::vector<Layout> layouts(int gpus, int layers, int gpus_per_node, int min_pp = 2);
 
 // Parameters (elements) of the stage holding the most under `schedule` (helix: stage 0 holds the
-// embedding and the head; others: the first holds the embedding, the last the head).
+// embedding and the head; others: the first holds the embedding, the last the head). Tied
+// embeddings save the LM head only where one stage holds both; otherwise the head's stage keeps a
+// copy of the token table (as Megatron does, its gradient summed with the first stage's).
 int64_t max_stage_params(const ModelConfig& cfg, const std::string& schedule, int pp);
+// The same per GPU of a TP group of `tp`: everything splits 1/tp except a learned position table,
+// which every rank of the group holds whole (Megatron does not split it).
+double stage_params_per_gpu(const ModelConfig& cfg, const std::string& schedule, int pp, int tp);
 
 }  // namespace hp
