@@ -177,7 +177,7 @@ int cmd_bench(int argc, char** argv) {
       if (!f.timeline_path.empty()) check_output_file("--timeline", f.timeline_path);
       if (!f.trace_dir.empty()) check_output_folder("--trace-dir", f.trace_dir);
     }
-    const ModelConfig cfg = ModelConfig::load(f.model);
+    const ModelConfig cfg = ModelConfig::load_for_runtime(f.model);
     check_tensor_parallel(cfg, f.tensor_parallel, f.seq_len);
     const int L = static_cast<int>(cfg.layers);
 

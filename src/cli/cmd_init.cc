@@ -23,7 +23,7 @@ int cmd_init(int argc, char** argv) {
   app.add_option("--out", out, "output folder (created; an existing checkpoint there is replaced)")
       ->required();
   if (auto rc = parse_flags(app, argc, argv)) return *rc;
-  const ModelConfig cfg = ModelConfig::load(model);
+  const ModelConfig cfg = ModelConfig::load_for_runtime(model);
   auto be = make_reference_backend();  // nothing is computed: memory only
   Params params(cfg, Params::all_parts(cfg), *be);
   params.init(seed);

@@ -70,7 +70,7 @@ int cmd_profile(int argc, char** argv) {
   if (!out_path.empty()) check_output_file("--out", out_path);
   opt.precision = resolve_precision(precision, *make_cpu_backend(1));
 
-  const ModelConfig cfg = ModelConfig::load(model);
+  const ModelConfig cfg = ModelConfig::load_for_runtime(model);
   std::unique_ptr<MpiComm> world;
   if (MpiComm::launched_by_mpirun()) world = MpiComm::init_world(&argc, &argv);
   try {

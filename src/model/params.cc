@@ -56,6 +56,7 @@ Params::Params(const ModelConfig& cfg, std::vector<Part> parts, Backend& be, Pre
                TpShard tp)
     : cfg_(cfg), be_(&be), prec_(prec), tp_(tp) {
   cfg_.validate();
+  cfg_.check_runtime_supported();  // the layers here are LLaMA-style only
   HP_CHECK(tp.size >= 1 && tp.rank >= 0 && tp.rank < tp.size,
            "Params: tensor-parallel rank {} of a group of {} is out of range", tp.rank, tp.size);
   check_tensor_parallel(cfg_, tp.size);

@@ -151,7 +151,7 @@ TrainPlan resolve_train_request(const TrainRequest& f) {
     st.clip = f.clip;
   };
   if (!f.model.empty()) {
-    plan.cfg = ModelConfig::load(f.model);
+    plan.cfg = ModelConfig::load_for_runtime(f.model);
     fresh_state();
   } else {
     const std::string& dir = f.checkpoint.empty() ? f.resume : f.checkpoint;

@@ -31,6 +31,7 @@ std::vector<double> grad_square_partials(const Params& params) {
 
 ModelConfig checkpoint_model_config(const CheckpointInfo& info) {
   const ModelConfig cfg = model_config_from_hf(info.config, info.dir + "/" + kConfigFile);
+  cfg.check_runtime_supported();  // eval, generate, train --checkpoint/--resume
   // The weights file must match before anyone allocates parameters for this config.
   check_model_safetensors(info.model_path, cfg);
   return cfg;

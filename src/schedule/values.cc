@@ -102,17 +102,19 @@ int64_t value_elems(const Value& x, const ModelConfig& cfg, int64_t tokens, int 
     case ValueKind::kO: case ValueKind::kdO:
       return T * ha;
     case ValueKind::kRstd1: case ValueKind::kRstd2: case ValueKind::kRstdF:
-      return Ts;
+      return cfg.is_gpt() ? 2 * Ts : Ts;  // LayerNorm keeps the mean beside 1/std
     case ValueKind::kLseCE:
       return T;
     case ValueKind::kW: case ValueKind::kdW:
-      return q * h;
+      return q * h + (cfg.has_bias() ? q : 0);  // W_qkv and, for GPT, its bias
+    case ValueKind::kU: case ValueKind::kdU:
+      if (cfg.is_gpt()) return 0;  // GeLU's MLP has no up projection: G and H only
+      return T * f;
     case ValueKind::kQKV: case ValueKind::kQKVr: case ValueKind::kdQKV:
       return T * q;
     case ValueKind::kLse:
       return cfg.heads / tp * T;
-    case ValueKind::kG: case ValueKind::kU: case ValueKind::kH: case ValueKind::kdG:
-    case ValueKind::kdU:
+    case ValueKind::kG: case ValueKind::kH: case ValueKind::kdG:
       return T * f;
     case ValueKind::kdLogits:
       return T * (cfg.vocab / tp);

@@ -62,6 +62,9 @@ struct Value {
 // residuals (X, A, Y, Z, Zf, their gradients, the per-row statistics, dlogits) hold tokens/tp rows;
 // the attention's (W, QKV, QKVr, O, lse and gradients) heads/tp of the heads, and the MLP's (G, U,
 // H, dG, dU) intermediate/tp columns. tp must divide heads, kv_heads, intermediate and tokens.
+// GPT-kind models (docs/simulator.md "Model kinds"): G is the GeLU input (fc1's output), H =
+// gelu(G), U and dU are empty, the norm statistics hold mean and 1/std (2 per row), W and dW carry
+// the q-element bias of W_qkv, QKVr equals QKV (no rotary).
 int64_t value_elems(const Value& v, const ModelConfig& cfg, int64_t tokens, int tp = 1);
 
 // Where a part runs relative to its neighbours; decides what it keeps and ships.

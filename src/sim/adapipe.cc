@@ -125,7 +125,7 @@ AdaPipeTable adapipe_table(const CostModel& cost, const ModelConfig* cfg, int64_
       const double in_flight = std::min(m, p - i);
       const double stash = in_flight * static_cast<double>(op_stash_bytes(
                                            stage_parts(i, p, n, L), r, transfer, model, L, tokens, eb));
-      const double params = static_cast<double>(stage_params(model, n, i == 0, i == p - 1));
+      const double params = stage_params_per_gpu(model, n, i == 0, i == p - 1, lay.tp);
       return stage_gpu_memory(model, lay, tokens, params, stash, mlp_chunk, eb.compute).total();
     };
   }
@@ -146,18 +146,18 @@ GpuMemory plan_gpu_memory(const ModelConfig& cfg, const Layout& lay, int64_t tok
   GpuMemory worst;
   const int p = static_cast<int>(stage_layers.size());
   for (int i = 0; i < p; ++i) {
-    const double params = static_cast<double>(stage_params(cfg, stage_layers[i], i == 0, i == p - 1));
+    const double params = stage_params_per_gpu(cfg, stage_layers[i], i == 0, i == p - 1, lay.tp);
     const GpuMemory g = stage_gpu_memory(cfg, lay, tokens, params, stash[i], mlp_chunk, e);
     if (i == 0 || g.total() > worst.total()) worst = g;
   }
   return worst;
 }
 
-int64_t plan_max_params(const ModelConfig& cfg, const std::vector<int>& stage_layers) {
-  int64_t most = 0;
+double plan_max_params(const ModelConfig& cfg, const std::vector<int>& stage_layers, int tp) {
+  double most = 0;
   const int p = static_cast<int>(stage_layers.size());
   for (int i = 0; i < p; ++i)
-    most = std::max(most, stage_params(cfg, stage_layers[i], i == 0, i == p - 1));
+    most = std::max(most, stage_params_per_gpu(cfg, stage_layers[i], i == 0, i == p - 1, tp));
   return most;
 }
 

@@ -53,7 +53,7 @@ AdaPipePlan adapipe_search(const AdaPipeTable& table);
 // The table of a 1F1B pipeline of `stages` stages, `microbatches` micro-batches and `layers`
 // layers on `cost` (the same CostModel::op_time the simulator charges: a forward op and a backward
 // op over the stage's parts, the first stage with the embedding, the last with the head). With a
-// model config the memory is stage_gpu_memory() (sim/parallel.h) with stage_params() and
+// model config the memory is stage_gpu_memory() (sim/parallel.h) with stage_params_per_gpu() and
 // min(m, p - i) * op_stash_bytes() (sim/memory.h) for micro-batches of `tokens` at `eb`; without
 // one it is 0. The table's time refers to `cost`, which must outlive it.
 AdaPipeTable adapipe_table(const CostModel& cost, const ModelConfig* cfg, int64_t tokens,
@@ -74,8 +74,9 @@ GpuMemory plan_gpu_memory(const ModelConfig& cfg, const Layout& layout, int64_t 
                           const std::vector<double>& stash_bytes, int64_t mlp_chunk,
                           int bytes_per_elem);
 
-// Parameters (elements) of the stage of a per-stage plan that holds the most.
-int64_t plan_max_params(const ModelConfig& cfg, const std::vector<int>& stage_layers);
+// Parameters (elements) per GPU of the stage of a per-stage plan that holds the most, in a TP
+// group of `tp` (stage_params_per_gpu, sim/parallel.h).
+double plan_max_params(const ModelConfig& cfg, const std::vector<int>& stage_layers, int tp);
 
 // "4,4,5" and "none,no-attn,full", for labels and JSON.
 std::string join_layers(const std::vector<int>& layers);

@@ -54,11 +54,9 @@ Comparison compare_schedules(const CostSetup& c, int stages, int microbatches, i
       const std::string& sched = e.spec.name;
       const bool wei = sched == "weipipe";
       const bool uneven = !e.spec.stage_layers.empty();
-      const double params =
-          static_cast<double>(wei      ? weipipe_rank_params(*c.model, stages)
-                              : uneven ? plan_max_params(*c.model, e.spec.stage_layers)
-                                       : max_stage_params(*c.model, sched, stages)) /
-          lay.tp;
+      const double params = wei      ? static_cast<double>(weipipe_rank_params(*c.model, stages)) / lay.tp
+                            : uneven ? plan_max_params(*c.model, e.spec.stage_layers, lay.tp)
+                                     : stage_params_per_gpu(*c.model, sched, stages, lay.tp);
       const LinkProfile& dp_link =
           lay.tp * lay.dp <= c.device->gpus_per_node ? c.device->intra : c.device->inter;
       e.allreduce = dp_allreduce_time(params * 2, lay.dp, dp_link);

@@ -185,26 +185,33 @@ CostModel CostModel::from_model(const ModelConfig& cfg, int64_t seq_len, int64_t
     return w.gemm / gemm_rate + w.attn / attn_rate + w.elems * e / byte_rate;
   };
   const bool weights_mode = transfer == TransferMode::kWeights;
+  const bool gpt = cfg.is_gpt();  // docs/simulator.md "Model kinds"
   const double qkv_gemm = 2 * T * h * q;
+  // GPT's biases: added in the GEMMs' epilogues (no traffic of their own); their gradients are
+  // column sums of the output gradient, one read of it in the W pass that owns the weight.
+  const double qkv_bias_grad = gpt ? T * q : 0;
   const double core_f = 2 * b * s * s * h;  // causal: QK^T and PV each s*s*h/2 MACs per sequence
   std::array<std::array<Work, 3>, 5> w{};
   auto& embed = w[static_cast<int>(PartKind::kEmbed)];
-  embed[0] = {0, 0, 2 * T * h};  // gather rows
-  embed[2] = {0, 0, 2 * T * h};  // scatter-add the gradient rows
+  embed[0] = {0, 0, (gpt ? 3 : 2) * T * h};  // gather rows (GPT: + position rows, added)
+  embed[2] = {0, 0, (gpt ? 4 : 2) * T * h};  // scatter-add the gradient rows (GPT: both tables)
   auto& pre = w[static_cast<int>(PartKind::kPre)];
-  pre[0] = {weights_mode ? 0 : qkv_gemm, 0, 2 * T * h};  // RMSNorm: read X, write A
+  pre[0] = {weights_mode ? 0 : qkv_gemm, 0, 2 * T * h};  // RMSNorm or LayerNorm: read X, write A
   pre[1] = {weights_mode ? 0 : qkv_gemm, 0, 4 * T * h};  // read dA, X, dR; write dX
-  pre[2] = {weights_mode ? 0 : qkv_gemm, 0, 0};
+  pre[2] = {weights_mode ? 0 : qkv_gemm, 0, weights_mode ? 0 : qkv_bias_grad};
   auto& attn = w[static_cast<int>(PartKind::kAttn)];
-  const double rotary = 2 * T * q;
+  const double rotary = gpt ? 0 : 2 * T * q;  // GPT: learned positions, added in embed
   attn[0] = {weights_mode ? qkv_gemm : 0, core_f, rotary + 2 * T * h};
   attn[1] = {weights_mode ? qkv_gemm : 0, 2.5 * core_f, 2 * rotary + 3 * T * h};
-  attn[2] = {weights_mode ? qkv_gemm : 0, 0, 0};
+  attn[2] = {weights_mode ? qkv_gemm : 0, 0, weights_mode ? qkv_bias_grad : 0};
   auto& post = w[static_cast<int>(PartKind::kPost)];
-  const double post_gemm = 2 * T * h * h + 3 * 2 * T * h * f;  // W_o, then gate, up, down
-  post[0] = {post_gemm, 0, 7 * T * h + 3 * T * f};  // residuals, RMSNorm2, silu(G)*U
-  post[1] = {post_gemm, 0, 14 * T * h + 6 * T * f};
-  post[2] = {post_gemm, 0, 0};
+  // W_o, then gate, up, down (LLaMA) or fc1, fc2 (GPT)
+  const double post_gemm = 2 * T * h * h + (gpt ? 2 : 3) * 2 * T * h * f;
+  // residuals, norm 2, then silu(G)*U: read G, U, write H; or gelu(G): read G, write H
+  post[0] = {post_gemm, 0, 7 * T * h + (gpt ? 2 : 3) * T * f};
+  // GeLU backward: read dH and G, write dG
+  post[1] = {post_gemm, 0, 14 * T * h + (gpt ? 3 : 6) * T * f};
+  post[2] = {post_gemm, 0, gpt ? 2 * T * h + T * f : 0};  // GPT: b_o, b_fc2, b_fc1 gradients
   auto& head = w[static_cast<int>(PartKind::kHead)];
   const double lm = 2 * T * h * V;
   head[0] = {lm, 0, 2 * T * h + 2 * T * V};  // final norm, logits through softmax block by block

@@ -85,39 +85,48 @@ std::vector<Layout> layouts(int gpus, int layers, int gpus_per_node, int min_pp)
   return out;
 }
 
-int64_t max_stage_params(const ModelConfig& cfg, const std::string& schedule, int pp) {
-  const int64_t per_layer = cfg.params_per_layer();
-  const int64_t layers = (cfg.layers + pp - 1) / pp;
-  const int64_t embed = cfg.vocab * cfg.hidden;
-  const int64_t head = cfg.hidden + (cfg.tie_embeddings ? 0 : embed);
-  if (pp == 1 || schedule == "helix") return layers * per_layer + embed + head;
-  return layers * per_layer + std::max(embed, head);
+double stage_params_per_gpu(const ModelConfig& cfg, int64_t layers, bool embed, bool head,
+                            int tp) {
+  const double t = tp;
+  const double pos = static_cast<double>(cfg.position_rows() * cfg.hidden);  // whole on each rank
+  double split = static_cast<double>(layers * cfg.params_per_layer());
+  if (embed) split += static_cast<double>(cfg.embed_params()) - pos;
+  if (head) split += static_cast<double>(cfg.head_params());
+  // A tied LM head on a stage without the embedding keeps a copy of the token table.
+  if (head && !embed && cfg.tie_embeddings) split += static_cast<double>(cfg.vocab * cfg.hidden);
+  return split / t + (embed ? pos : 0.0);
 }
 
-int64_t stage_params(const ModelConfig& cfg, int64_t layers, bool embed, bool head) {
-  const int64_t emb = cfg.vocab * cfg.hidden;
-  return layers * cfg.params_per_layer() + (embed ? emb : 0) +
-         (head ? cfg.hidden + (cfg.tie_embeddings ? 0 : emb) : 0);
+double stage_params_per_gpu(const ModelConfig& cfg, const std::string& schedule, int pp, int tp) {
+  const int64_t layers = (cfg.layers + pp - 1) / pp;
+  if (pp == 1 || schedule == "helix") return stage_params_per_gpu(cfg, layers, true, true, tp);
+  return std::max(stage_params_per_gpu(cfg, layers, true, false, tp),
+                  stage_params_per_gpu(cfg, layers, false, true, tp));
+}
+
+int64_t max_stage_params(const ModelConfig& cfg, const std::string& schedule, int pp) {
+  return static_cast<int64_t>(stage_params_per_gpu(cfg, schedule, pp, 1));
 }
 
 GpuMemory gpu_memory(const ModelConfig& cfg, const std::string& schedule, const Layout& lay,
                      int64_t tokens, double peak_stash_bytes, int64_t mlp_chunk, int e) {
-  return stage_gpu_memory(cfg, lay, tokens,
-                          static_cast<double>(max_stage_params(cfg, schedule, lay.pp)),
+  return stage_gpu_memory(cfg, lay, tokens, stage_params_per_gpu(cfg, schedule, lay.pp, lay.tp),
                           peak_stash_bytes, mlp_chunk, e);
 }
 
 GpuMemory stage_gpu_memory(const ModelConfig& cfg, const Layout& lay, int64_t tokens,
-                           double param_elems, double peak_stash_bytes, int64_t mlp_chunk, int e) {
+                           double params, double peak_stash_bytes, int64_t mlp_chunk, int e) {
   const double t = lay.tp, d = lay.dp;
   GpuMemory m;
-  const double params = param_elems / t;
   m.model_states = params * (2 + 4 + 12.0 / d);
   m.activations = peak_stash_bytes / t;
   const double h = static_cast<double>(cfg.hidden), q = static_cast<double>(cfg.qkv_dim());
   const double f = static_cast<double>(cfg.intermediate), T = static_cast<double>(tokens);
   const double f_share = mlp_chunk > 0 ? std::min(1.0, static_cast<double>(mlp_chunk) / T) : 1.0;
-  m.working = T * (7 * h + q + 4 * f * f_share + 2 + static_cast<double>(cfg.heads)) * e / t;
+  // The MLP's T x ffn temporaries of a backward: G, U, H, dH (LLaMA); G, H, dH (GPT's GeLU).
+  const double mlp_temps = cfg.is_gpt() ? 3 : 4;
+  m.working =
+      T * (7 * h + q + mlp_temps * f * f_share + 2 + static_cast<double>(cfg.heads)) * e / t;
   return m;
 }
 
@@ -157,8 +166,9 @@ std::string OverlapCheck::describe() const {
       ms(t_attn), ms(t_comm), link);
 }
 
-PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg, int64_t seq_len,
+PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg_in, int64_t seq_len,
                     const DeviceProfile& dev, double memory_bytes, bool simulate_all) {
+  const ModelConfig cfg = cfg_in.for_sequence(seq_len);  // a learned table covers the sequence
   PlanResult r;
   r.c = pc;
   const Layout& lay = pc.layout;
@@ -196,9 +206,8 @@ PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg, int64_t seq_len,
   auto peaks = stash_peaks(s, cfg, tokens, e);
   const double stash = static_cast<double>(*std::max_element(peaks.begin(), peaks.end()));
   const bool uneven = !r.c.stage_layers.empty();
-  const double params =
-      static_cast<double>(uneven ? plan_max_params(cfg, r.c.stage_layers)
-                                 : max_stage_params(cfg, pc.schedule, lay.pp)) / t;
+  const double params = uneven ? plan_max_params(cfg, r.c.stage_layers, lay.tp)
+                               : stage_params_per_gpu(cfg, pc.schedule, lay.pp, lay.tp);
   r.memory = gpu_memory(cfg, pc.schedule, lay, tokens, stash, pc.mlp_chunk, e);
   if (uneven)
     r.memory = plan_gpu_memory(cfg, lay, tokens, r.c.stage_layers,

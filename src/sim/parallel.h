@@ -107,10 +107,13 @@ struct PlanResult {
 GpuMemory gpu_memory(const ModelConfig& cfg, const std::string& schedule, const Layout& layout,
                      int64_t tokens, double peak_stash_bytes, int64_t mlp_chunk, int bytes_per_elem);
 
-// Parameters (elements) of a pipeline stage holding `layers` layers, plus the embedding when
-// `embed` and the final norm and LM head when `head`.
-int64_t stage_params(const ModelConfig& cfg, int64_t layers, bool embed, bool head);
-// gpu_memory() for one stage whose parameters are `params` elements (its whole TP group's).
+// Parameters (elements) per GPU of a pipeline stage holding `layers` layers, plus the embedding
+// when `embed` and the final norm and LM head when `head`, in a TP group of `tp`: everything splits
+// 1/tp except a learned position table, which every rank of the group holds whole (Megatron does
+// not split it). A tied LM head on a stage without the embedding is a copy of the token table (as
+// Megatron keeps it, its gradient summed with the first stage's).
+double stage_params_per_gpu(const ModelConfig& cfg, int64_t layers, bool embed, bool head, int tp);
+// gpu_memory() for one stage whose parameters are `params` elements per GPU.
 GpuMemory stage_gpu_memory(const ModelConfig& cfg, const Layout& layout, int64_t tokens,
                            double params, double peak_stash_bytes, int64_t mlp_chunk,
                            int bytes_per_elem);
@@ -154,7 +157,12 @@ OverlapCheck overlap_check(const PlanCase& c, const ModelConfig& cfg, int64_t se
 std::vector<Layout> layouts(int gpus, int layers, int gpus_per_node, int min_pp = 2);
 
 // Parameters (elements) of the stage holding the most under `schedule` (helix: stage 0 holds the
-// embedding and the head; others: the first holds the embedding, the last the head).
+// embedding and the head; others: the first holds the embedding, the last the head). Tied
+// embeddings save the LM head only where one stage holds both; otherwise the head's stage keeps a
+// copy of the token table (as Megatron does, its gradient summed with the first stage's).
 int64_t max_stage_params(const ModelConfig& cfg, const std::string& schedule, int pp);
+// The same per GPU of a TP group of `tp`: everything splits 1/tp except a learned position table,
+// which every rank of the group holds whole (Megatron does not split it).
+double stage_params_per_gpu(const ModelConfig& cfg, const std::string& schedule, int pp, int tp);
 
 }  // namespace hp

@@ -27,6 +27,7 @@ CostSetup build_cost(const CostSpec& f) {
   if (!f.model.empty()) {
     c.model = ModelConfig::load(f.model);
     HP_CHECK(f.seq_len > 0, "--model needs --seq-len=S (tokens per sequence) to size activations");
+    c.model = c.model->for_sequence(f.seq_len);  // a learned position table covers the sequence
     c.tokens_per_mb = f.seq_len * f.microbatch_size;
   } else {
     HP_CHECK(f.seq_len == 0, "--seq-len needs --model=CONFIG (the dimensions it multiplies)");

@@ -194,10 +194,9 @@ SimResult simulate_weipipe(const CostModel& cost, int p, int m, int layers,
 }
 
 int64_t weipipe_rank_params(const ModelConfig& cfg, int pp) {
-  const int64_t chunk_layers = (cfg.layers + pp - 1) / pp;
-  const int64_t embed = cfg.vocab * cfg.hidden;
-  const int64_t head = cfg.hidden + (cfg.tie_embeddings ? 0 : embed);
-  return chunk_layers * cfg.params_per_layer() + embed + head;
+  // Its chunk plus the embedding and the head, which every rank runs for its own micro-batches.
+  return static_cast<int64_t>(
+      stage_params_per_gpu(cfg, (cfg.layers + pp - 1) / pp, true, true, 1));
 }
 
 GpuMemory weipipe_memory(const ModelConfig& cfg, const Layout& lay, int64_t tokens,

@@ -50,6 +50,20 @@ const std::vector<std::pair<std::string, ModelConfig>>& model_presets() {
       c.max_positions = 262144;
       v.emplace_back(name, c);
     }
+    // The same sizes as GPT-style models, the shapes of the GPT-3 paper's table (1.3B: h=2048,
+    // L=24, 16 heads; 2.7B: h=2560, L=32, 32 heads; 6.7B: h=4096, L=32, 32 heads) that Megatron's
+    // GPT examples and the HelixPipe reference train: GeLU MLP of 4h, LayerNorm, biases, learned
+    // positions (2048 rows here; the simulator grows the table to the sequence it runs), GPT-2's
+    // 50257 tokens padded to 50304 as Megatron pads for TP=1 (a multiple of 128; 50257 is odd,
+    // so no tensor-parallel group would divide it), input and output embeddings tied.
+    for (auto [name, h, heads, layers] :
+         {std::tuple{"gpt-1.3b", 2048, 16, 24}, std::tuple{"gpt-3b", 2560, 32, 32},
+          std::tuple{"gpt-7b", 4096, 32, 32}}) {
+      ModelConfig c = make(name, h, 4 * h, heads, heads, layers, 50304, true);
+      c.kind = ModelKind::kGpt;
+      c.max_positions = 2048;
+      v.emplace_back(name, c);
+    }
     return v;
   }();
   return presets;
@@ -80,8 +94,8 @@ void ModelConfig::validate() const {
            "model config: num_attention_heads {} is not a multiple of num_key_value_heads {} "
            "(grouped-query attention shares each key/value head among heads/kv_heads query heads)",
            heads, kv_heads);
-  HP_CHECK(head_dim() % 2 == 0, "model config: head_dim {} must be even for rotary positions",
-           head_dim());
+  HP_CHECK(is_gpt() || head_dim() % 2 == 0,
+           "model config: head_dim {} must be even for rotary positions", head_dim());
   HP_CHECK(std::isfinite(rms_eps) && rms_eps > 0 && rms_eps <= 1,
            "model config: rms_norm_eps must be in (0, 1] (typically 1e-5 or 1e-6), got {}",
            rms_eps);
@@ -95,20 +109,53 @@ void ModelConfig::validate() const {
            params_total(), kMaxParams);
 }
 
-int64_t ModelConfig::params_per_layer() const {
-  return qkv_dim() * hidden + hidden * hidden + 3 * hidden * intermediate + 2 * hidden;
+void ModelConfig::check_runtime_supported() const {
+  HP_CHECK(!is_gpt(),
+           "model '{}' is GPT-style; helixpipe trains LLaMA-style models only; it can be simulated "
+           "with simulate/compare/plan/sweep",
+           name);
+}
+
+ModelConfig ModelConfig::for_sequence(int64_t seq_len) const {
+  ModelConfig c = *this;
+  if (is_gpt() && seq_len > c.max_positions) c.max_positions = seq_len;
+  return c;
+}
+
+int64_t ModelConfig::qkv_weight_elems() const {
+  return qkv_dim() * hidden + (has_bias() ? qkv_dim() : 0);
+}
+
+int64_t ModelConfig::embed_params() const { return (vocab + position_rows()) * hidden; }
+
+int64_t ModelConfig::pre_params() const {
+  const int64_t norm = is_gpt() ? 2 * hidden : hidden;
+  return norm + qkv_weight_elems();
+}
+
+int64_t ModelConfig::post_params() const {
+  const int64_t h = hidden, f = intermediate;
+  const int64_t norm = is_gpt() ? 2 * h : h;
+  const int64_t attn_out = h * h + (has_bias() ? h : 0);
+  // GPT: fc1 (f x h, bias f) and fc2 (h x f, bias h); LLaMA: gate, up (f x h) and down (h x f).
+  const int64_t mlp = is_gpt() ? 2 * h * f + f + h : 3 * h * f;
+  return attn_out + norm + mlp;
+}
+
+int64_t ModelConfig::head_params() const {
+  const int64_t norm = is_gpt() ? 2 * hidden : hidden;
+  return norm + (tie_embeddings ? 0 : vocab * hidden);
 }
 
 int64_t ModelConfig::params_total() const {
-  int64_t embed = vocab * hidden;
-  return embed + layers * params_per_layer() + hidden + (tie_embeddings ? 0 : embed);
+  return embed_params() + layers * params_per_layer() + head_params();
 }
 
 ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& where) {
   HP_CHECK(j.is_object(), "{}: a model config must be a JSON object", where);
   ModelConfig c;
   static const char* const kKnown[] = {
-      "name",          "hidden_size",  "intermediate_size", "num_attention_heads",
+      "name",          "model_kind",   "hidden_size",  "intermediate_size", "num_attention_heads",
       "num_key_value_heads", "num_hidden_layers", "vocab_size", "rms_norm_eps",
       "rope_theta",    "max_position_embeddings", "tie_word_embeddings", "head_dim",
       // Hugging Face keys that we accept and ignore (their values do not change the math here)
@@ -120,9 +167,10 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = false;
     for (const char* k : kKnown) known = known || it.key() == k;
-    HP_CHECK(known, "{}: unknown model config key '{}' (known: hidden_size, intermediate_size, "
-                    "num_attention_heads, num_key_value_heads, num_hidden_layers, vocab_size, "
-                    "rms_norm_eps, rope_theta, max_position_embeddings, tie_word_embeddings)",
+    HP_CHECK(known, "{}: unknown model config key '{}' (known: model_kind, hidden_size, "
+                    "intermediate_size, num_attention_heads, num_key_value_heads, "
+                    "num_hidden_layers, vocab_size, rms_norm_eps, rope_theta, "
+                    "max_position_embeddings, tie_word_embeddings)",
              where, it.key());
   }
   // A Hugging Face config.json (it names its architecture) must state the sizes: transformers'
@@ -154,6 +202,12 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& w
   if (j.contains("name")) {
     HP_CHECK(j["name"].is_string(), "{}: 'name' must be a string", where);
     c.name = j["name"].get<std::string>();
+  }
+  if (j.contains("model_kind")) {
+    HP_CHECK(j["model_kind"] == "llama" || j["model_kind"] == "gpt",
+             "{}: 'model_kind' must be \"llama\" (the default) or \"gpt\", got {}", where,
+             j["model_kind"].dump());
+    if (j["model_kind"] == "gpt") c.kind = ModelKind::kGpt;
   }
   get_int("hidden_size", c.hidden);
   get_int("intermediate_size", c.intermediate);
@@ -234,7 +288,14 @@ ModelConfig ModelConfig::load(const std::string& path_or_preset) {
   return from_json(j, path_or_preset);
 }
 
+ModelConfig ModelConfig::load_for_runtime(const std::string& path_or_preset) {
+  ModelConfig c = load(path_or_preset);
+  c.check_runtime_supported();
+  return c;
+}
+
 nlohmann::json ModelConfig::to_hf_json() const {
+  check_runtime_supported();
   nlohmann::json j{{"architectures", {"LlamaForCausalLM"}},
                    {"model_type", "llama"},
                    {"torch_dtype", "float32"},

@@ -154,6 +154,31 @@ TEST(CompareCli, EverySchedulesSideBySide) {
   EXPECT_NE(text.out.find("interleaved V=2  n/a"), std::string::npos) << text.out;
 }
 
+// A GPT-style preset (docs/simulator.md "Model kinds") is simulated; the commands that run the
+// real model refuse it instead of training a LLaMA of its sizes.
+TEST(CompareCli, GptPresetIsSimulatedNotRun) {
+  int rc = 0;
+  auto j = helixpipe_json("compare --model=gpt-1.3b --seq-len=16384 --stages=4 --microbatches=8 "
+                          "--device=h20 --format=json",
+                          &rc);
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(j["results"].size(), 6u);
+  for (const auto& r : j["results"]) EXPECT_FALSE(r.contains("error")) << r.dump();
+  const std::string want =
+      "model 'gpt-7b' is GPT-style; helixpipe trains LLaMA-style models only; it can be simulated "
+      "with simulate/compare/plan/sweep";
+  const std::string readme = std::string(HP_SOURCE_DIR) + "/README.md";
+  for (const std::string& args :
+       {"train --model=gpt-7b --data=" + readme + " --steps=1",
+        std::string("bench --model=gpt-7b --seq-len=64 --microbatches=2"),
+        std::string("profile --model=gpt-7b --seq-len=64"),
+        std::string("init --model=gpt-7b --out=") + testing::TempDir() + "/gpt_init"}) {
+    const Ran r = helixpipe(args);
+    EXPECT_EQ(r.rc, 1) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
+  }
+}
+
 // --tp / --data-parallel: one pipeline of a TP x PP x DP layout. Checked against the tp = dp = 1
 // run of the same command: messages and stash per GPU fall by t exactly (each TP rank holds and
 // sends a 1/t shard), DP multiplies the tokens and adds the gradient all-reduce to the iteration.

@@ -133,7 +133,7 @@ TEST(AdaPipe, MemoryTableIsTheReplayedStashOfTheUnevenPlan) {
   for (int i = 0; i < 3; ++i) {
     const int n = spec.stage_layers[i];
     const Recompute r = spec.stage_recompute[i];
-    const double params = static_cast<double>(stage_params(cfg, n, i == 0, i == 2));
+    const double params = stage_params_per_gpu(cfg, n, i == 0, i == 2, c.layout.tp);
     const double want = stage_gpu_memory(cfg, c.layout, c.tokens_per_mb, params,
                                          static_cast<double>(peaks[i]), 0, c.elem_bytes.compute)
                             .total();

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <limits>
 
+#include "schedule/values.h"
+#include "sim/parallel.h"
 #include "util/error.h"
 #include "../error_text.h"
 
@@ -239,6 +241,102 @@ TEST(CostModel, FromModelUsesMemoryBandwidthAndEfficiency) {
   EXPECT_LT(ratio, 4.0);
   EXPECT_NE(error_of([&] { CostModel::from_model(cfg, 0, 1, dev); }).find("sequence length"),
             std::string::npos);
+}
+
+// GPT kind (docs/simulator.md "Model kinds") on a config small enough to count by hand: h=8,
+// 2 heads (q = 3h = 24), ffn 4h = 32, vocab 16, L=2, 16 learned positions, tied embeddings; one
+// sequence of s = T = 4 tokens.
+ModelConfig tiny_gpt() {
+  ModelConfig c;
+  c.name = "tiny-gpt";
+  c.kind = ModelKind::kGpt;
+  c.hidden = 8;
+  c.heads = 2;
+  c.kv_heads = 2;
+  c.intermediate = 32;
+  c.layers = 2;
+  c.vocab = 16;
+  c.max_positions = 16;
+  c.tie_embeddings = true;
+  return c;
+}
+
+DeviceProfile counting_device(double peak_flops, double mem_bandwidth) {
+  DeviceProfile dev;
+  dev.name = "counter";
+  dev.dtype = "fp32";
+  dev.peak_flops = peak_flops;
+  dev.mem_bandwidth_Bps = mem_bandwidth;
+  dev.intra = {0, 0};
+  dev.inter = {0, 0};
+  return dev;
+}
+
+TEST(CostModel, GptFlopsByHand) {
+  // 1 FLOP per second and free memory: seconds are FLOPs.
+  const DeviceProfile dev = counting_device(1, 1e30);
+  const CostModel c = CostModel::from_model(tiny_gpt(), 4, 1, dev);
+  auto at = [&](PartKind k, Dir d) { return c.part_time(k, d); };
+  // attn: QKV 2*T*h*q = 2*4*8*24 = 1536; causal core 2*s^2*h = 256 forward, 2.5x backward.
+  EXPECT_NEAR(at(PartKind::kAttn, Dir::kF), 1536 + 256, 1e-9);
+  EXPECT_NEAR(at(PartKind::kAttn, Dir::kI), 1536 + 640, 1e-9);
+  EXPECT_NEAR(at(PartKind::kAttn, Dir::kW), 1536, 1e-9);
+  // post: W_o 2*T*h^2 = 512, then two GEMMs of 4h (fc1, fc2): 2 * 2*T*h*f = 4096 (SwiGLU's three
+  // would be 6144).
+  for (Dir d : {Dir::kF, Dir::kI, Dir::kW}) EXPECT_NEAR(at(PartKind::kPost, d), 4608, 1e-9);
+  // head (tied LM head): 2*T*h*V = 1024; I recomputes the logits (time, not model FLOPs).
+  EXPECT_NEAR(at(PartKind::kHead, Dir::kF), 1024, 1e-9);
+  EXPECT_NEAR(at(PartKind::kHead, Dir::kI), 2048, 1e-9);
+  ComputeOp op;
+  op.dir = Dir::kF;
+  op.parts = {Part::attn(1), Part::post(1)};
+  EXPECT_NEAR(c.op_flops(op), 1792 + 4608, 1e-9);
+  // Per layer forward, 6sh^2 + 2sh^2 + 16sh^2 + 2s^2h: HELIXPIPE.md's GPT count.
+  EXPECT_NEAR(c.op_flops(op), 24.0 * 4 * 64 + 2.0 * 16 * 8, 1e-9);
+  EXPECT_NEAR(c.attn_recompute_time(), 1536, 1e-9);  // QKV only: no rotary to rerun
+  const CostModel a = CostModel::from_model(tiny_gpt(), 4, 1, dev, TransferMode::kActivations);
+  EXPECT_NEAR(a.part_time(PartKind::kPre, Dir::kF), 1536, 1e-9);
+}
+
+TEST(CostModel, GptMemoryTrafficByHand) {
+  // Free FLOPs, one byte per second, 4-byte elements: seconds are 4 x elements moved.
+  const DeviceProfile dev = counting_device(1e30, 1);
+  const CostModel c = CostModel::from_model(tiny_gpt(), 4, 1, dev);
+  auto elems = [&](PartKind k, Dir d) { return c.part_time(k, d) / 4; };
+  const double tol = 1e-6;
+  EXPECT_NEAR(elems(PartKind::kEmbed, Dir::kF), 3 * 32, tol);  // token row + position row -> X
+  EXPECT_NEAR(elems(PartKind::kEmbed, Dir::kW), 4 * 32, tol);  // dX into both tables
+  EXPECT_NEAR(elems(PartKind::kPre, Dir::kF), 2 * 32, tol);    // LayerNorm: read X, write A
+  EXPECT_NEAR(elems(PartKind::kPre, Dir::kW), 0, tol);         // weights mode: attn owns dW_qkv
+  EXPECT_NEAR(elems(PartKind::kAttn, Dir::kF), 2 * 32, tol);   // no rotary
+  EXPECT_NEAR(elems(PartKind::kAttn, Dir::kI), 3 * 32, tol);
+  EXPECT_NEAR(elems(PartKind::kAttn, Dir::kW), 4 * 24, tol);   // b_qkv gradient: read dQKV
+  // post: residuals and LayerNorm 7*T*h = 224; GeLU reads G, writes H: 2*T*f = 256.
+  EXPECT_NEAR(elems(PartKind::kPost, Dir::kF), 224 + 256, tol);
+  EXPECT_NEAR(elems(PartKind::kPost, Dir::kI), 448 + 3 * 128, tol);  // GeLU': dH, G -> dG
+  EXPECT_NEAR(elems(PartKind::kPost, Dir::kW), 2 * 32 + 128, tol);   // b_o, b_fc2, b_fc1
+  const CostModel a = CostModel::from_model(tiny_gpt(), 4, 1, dev, TransferMode::kActivations);
+  EXPECT_NEAR(a.part_time(PartKind::kPre, Dir::kW) / 4, 4 * 24, tol);
+  EXPECT_NEAR(a.part_time(PartKind::kAttn, Dir::kW) / 4, 0, tol);
+}
+
+TEST(CostModel, GptValuesAndStageParameters) {
+  const ModelConfig c = tiny_gpt();
+  auto elems = [&](ValueKind k) { return value_elems(Value{k, 1}, c, 4); };
+  EXPECT_EQ(elems(ValueKind::kG), 4 * 32);  // GeLU input, kept for its backward
+  EXPECT_EQ(elems(ValueKind::kU), 0);       // no up projection
+  EXPECT_EQ(elems(ValueKind::kdU), 0);
+  EXPECT_EQ(elems(ValueKind::kRstd2), 2 * 4);      // LayerNorm: mean and 1/std per row
+  EXPECT_EQ(elems(ValueKind::kW), 24 * 8 + 24);    // weights mode ships b_qkv with W_qkv
+  EXPECT_EQ(value_elems(Value{ValueKind::kW, 1}, c, 4, 2), 12 * 8 + 12);
+  // Stage parameters: one layer (872) per stage of 2. The position table (128) is whole on each
+  // TP rank; the tied LM head is a copy of the token table (128) on 1F1B's last stage.
+  EXPECT_EQ(max_stage_params(c, "1f1b", 2), 872 + 256);
+  EXPECT_DOUBLE_EQ(stage_params_per_gpu(c, "1f1b", 2, 2), (872 + 128) / 2.0 + 128);
+  EXPECT_DOUBLE_EQ(stage_params_per_gpu(c, "helix", 2, 2), (872 + 128 + 16) / 2.0 + 128);
+  ModelConfig last_heavy = c;
+  last_heavy.max_positions = 1;  // now the last stage (token-table copy + final norm) is heavier
+  EXPECT_EQ(max_stage_params(last_heavy, "1f1b", 2), 872 + 128 + 16);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "util/error.h"
+#include "../error_text.h"
 
 namespace hp {
 namespace {
@@ -143,3 +144,82 @@ TEST(ModelConfig, PaperPresetsHaveTheirStatedSizes) {
     EXPECT_EQ(c.layers % 8, 0) << name;
   }
 }
+
+namespace hp {
+namespace {
+
+// A GPT-style config small enough to count by hand: h=8, 2 heads, ffn 4h=32, L=2, vocab 16, 16
+// learned positions, tied embeddings.
+ModelConfig tiny_gpt() {
+  ModelConfig c;
+  c.name = "tiny-gpt";
+  c.kind = ModelKind::kGpt;
+  c.hidden = 8;
+  c.heads = 2;
+  c.kv_heads = 2;
+  c.intermediate = 32;
+  c.layers = 2;
+  c.vocab = 16;
+  c.max_positions = 16;
+  c.tie_embeddings = true;
+  return c;
+}
+
+TEST(ModelConfig, GptParameterCountsByHand) {
+  const ModelConfig c = tiny_gpt();
+  c.validate();
+  // pre: LayerNorm 1 (8 + 8) + W_qkv 24x8 + b_qkv 24 = 232.
+  EXPECT_EQ(c.qkv_weight_elems(), 24 * 8 + 24);
+  EXPECT_EQ(c.pre_params(), 232);
+  // post: W_o 64 + b_o 8, LayerNorm 2 16, fc1 32x8 + 32, fc2 8x32 + 8 = 640.
+  EXPECT_EQ(c.post_params(), 640);
+  EXPECT_EQ(c.params_per_layer(), 12 * 8 * 8 + 13 * 8);  // 872
+  EXPECT_EQ(c.embed_params(), 16 * 8 + 16 * 8);          // tokens + positions
+  EXPECT_EQ(c.head_params(), 16);                         // final LayerNorm; LM head tied
+  EXPECT_EQ(c.params_total(), 2016);
+  // The learned table grows to the sequence a run uses; rotary positions have no table.
+  EXPECT_EQ(c.for_sequence(64).embed_params(), (16 + 64) * 8);
+  EXPECT_EQ(c.for_sequence(4).max_positions, 16);
+  ModelConfig llama = c;
+  llama.kind = ModelKind::kLlama;
+  EXPECT_EQ(llama.for_sequence(64).max_positions, 16);
+  EXPECT_EQ(llama.params_per_layer(), 24 * 8 + 64 + 3 * 8 * 32 + 2 * 8);
+}
+
+// GPT-3's table: 1.3B, 2.7B, 6.7B. With Megatron's padded vocabulary 50304 and 2048 positions.
+TEST(ModelConfig, GptPresetsHaveTheGpt3Sizes) {
+  for (auto [name, params] : {std::pair{"gpt-1.3b", int64_t{1315819520}},
+                              std::pair{"gpt-3b", int64_t{2651673600}},
+                              std::pair{"gpt-7b", int64_t{6658596864}}}) {
+    const ModelConfig c = ModelConfig::load(name);
+    c.validate();
+    EXPECT_TRUE(c.is_gpt()) << name;
+    EXPECT_EQ(c.intermediate, 4 * c.hidden) << name;
+    EXPECT_EQ(c.params_total(), params) << name;
+    EXPECT_EQ(c.layers % 8, 0) << name;
+  }
+  // At 128k tokens the reference's table holds 131072 rows: 0.54e9 more parameters.
+  EXPECT_EQ(ModelConfig::load("gpt-7b").for_sequence(131072).params_total(), 7187079168);
+}
+
+TEST(ModelConfig, GptKindIsReadButNotRun) {
+  nlohmann::json j = {{"model_kind", "gpt"}, {"hidden_size", 64}, {"intermediate_size", 256},
+                      {"num_attention_heads", 4}, {"num_hidden_layers", 2}, {"vocab_size", 300},
+                      {"max_position_embeddings", 1024}, {"name", "mine"}};
+  const ModelConfig c = ModelConfig::from_json(j, "mine.json");
+  EXPECT_TRUE(c.is_gpt());
+  const std::string want =
+      "model 'mine' is GPT-style; helixpipe trains LLaMA-style models only; it can be simulated "
+      "with simulate/compare/plan/sweep";
+  EXPECT_EQ(test::error_of([&] { c.check_runtime_supported(); }), want);
+  EXPECT_EQ(test::error_of([&] { (void)c.to_hf_json(); }), want);
+  EXPECT_NE(test::error_of([] { ModelConfig::load_for_runtime("gpt-7b"); }).find("'gpt-7b' is GPT"),
+            std::string::npos);
+  EXPECT_NO_THROW(ModelConfig::load_for_runtime("tiny"));
+  j["model_kind"] = "bert";
+  EXPECT_NE(test::error_of([&] { ModelConfig::from_json(j, "x"); }).find("'model_kind' must be"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace hp
