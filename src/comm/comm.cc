@@ -45,6 +45,10 @@ double comm_heartbeat_from_env() {
                     "a number of seconds >= 0 (0 turns the heartbeat off)");
 }
 
+bool comm_progress_thread_from_env() {
+  return env_number("HP_COMM_PROGRESS_THREAD", 0, 0, 1, true, "0 or 1") != 0;
+}
+
 int comm_heartbeat_misses_from_env() {
   return static_cast<int>(env_number("HP_COMM_HEARTBEAT_MISSES", kDefaultHeartbeatMisses, 2,
                                      1000000, true, "a whole number from 2 to 1000000"));

@@ -381,6 +381,22 @@ TEST(LocalComm, HeartbeatSettingsComeFromTheEnvironment) {
     EXPECT_THROW(comm_heartbeat_misses_from_env(), Error) << bad;
   }
   EXPECT_EQ(LocalWorld(2).comm(0).liveness(), nullptr);
+  {
+    const char* pt = std::getenv("HP_COMM_PROGRESS_THREAD");
+    const std::string pt_saved = pt ? pt : "";
+    unsetenv("HP_COMM_PROGRESS_THREAD");
+    EXPECT_FALSE(comm_progress_thread_from_env());
+    setenv("HP_COMM_PROGRESS_THREAD", "1", 1);
+    EXPECT_TRUE(comm_progress_thread_from_env());
+    setenv("HP_COMM_PROGRESS_THREAD", "0", 1);
+    EXPECT_FALSE(comm_progress_thread_from_env());
+    for (const char* bad : {"2", "yes", "-1"}) {
+      setenv("HP_COMM_PROGRESS_THREAD", bad, 1);
+      EXPECT_THROW(comm_progress_thread_from_env(), Error) << bad;
+    }
+    if (pt) setenv("HP_COMM_PROGRESS_THREAD", pt_saved.c_str(), 1);
+    else unsetenv("HP_COMM_PROGRESS_THREAD");
+  }
   for (const Saved& s : saved) {
     if (s.set) setenv(s.name, s.value.c_str(), 1);
     else unsetenv(s.name);
