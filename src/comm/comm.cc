@@ -15,41 +15,43 @@
 
 namespace hp {
 
-double comm_timeout_from_env() {
-  const char* text = std::getenv("HP_COMM_TIMEOUT");
-  if (text == nullptr || *text == '\0') return kDefaultCommTimeout;
+namespace {
+
+// The number in environment variable `name`, or `fallback` when it is unset or empty. A value that
+// is not a whole number (when `whole`) or lies outside [lo, hi] is an error naming the variable,
+// what it must be, and the default it would have had.
+double env_number(const char* name, double fallback, double lo, double hi, bool whole,
+                  const char* must_be) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
   char* end = nullptr;
   errno = 0;
-  double v = std::strtod(text, &end);
-  HP_CHECK(errno == 0 && end != text && *end == '\0' && v > 0,
-           "HP_COMM_TIMEOUT='{}' is not a positive number of seconds; unset it for the default {} s",
-           text, kDefaultCommTimeout);
+  const double v = whole ? static_cast<double>(std::strtol(text, &end, 10)) : std::strtod(text, &end);
+  HP_CHECK(errno == 0 && end != text && *end == '\0' && std::isfinite(v) && v >= lo && v <= hi,
+           "{}='{}' is not {}; unset it for the default {}", name, text, must_be, fallback);
   return v;
+}
+
+}  // namespace
+
+double comm_timeout_from_env() {
+  // Strictly positive: the smallest double above 0 is the lower bound.
+  return env_number("HP_COMM_TIMEOUT", kDefaultCommTimeout, std::nextafter(0.0, 1.0), HUGE_VAL,
+                    false, "a positive number of seconds");
 }
 
 double comm_heartbeat_from_env() {
-  const char* text = std::getenv("HP_COMM_HEARTBEAT");
-  if (text == nullptr || *text == '\0') return kDefaultHeartbeat;
-  char* end = nullptr;
-  errno = 0;
-  double v = std::strtod(text, &end);
-  HP_CHECK(errno == 0 && end != text && *end == '\0' && v >= 0 && std::isfinite(v),
-           "HP_COMM_HEARTBEAT='{}' is not a number of seconds >= 0 (0 turns the heartbeat off); "
-           "unset it for the default {} s",
-           text, kDefaultHeartbeat);
-  return v;
+  return env_number("HP_COMM_HEARTBEAT", kDefaultHeartbeat, 0, HUGE_VAL, false,
+                    "a number of seconds >= 0 (0 turns the heartbeat off)");
+}
+
+bool comm_progress_thread_from_env() {
+  return env_number("HP_COMM_PROGRESS_THREAD", 0, 0, 1, true, "0 or 1") != 0;
 }
 
 int comm_heartbeat_misses_from_env() {
-  const char* text = std::getenv("HP_COMM_HEARTBEAT_MISSES");
-  if (text == nullptr || *text == '\0') return kDefaultHeartbeatMisses;
-  char* end = nullptr;
-  errno = 0;
-  long v = std::strtol(text, &end, 10);
-  HP_CHECK(errno == 0 && end != text && *end == '\0' && v >= 2 && v <= 1000000,
-           "HP_COMM_HEARTBEAT_MISSES='{}' is not a whole number >= 2; unset it for the default {}",
-           text, kDefaultHeartbeatMisses);
-  return static_cast<int>(v);
+  return static_cast<int>(env_number("HP_COMM_HEARTBEAT_MISSES", kDefaultHeartbeatMisses, 2,
+                                     1000000, true, "a whole number from 2 to 1000000"));
 }
 
 Comm::Comm(const CommOptions& options)

@@ -45,6 +45,9 @@ constexpr int kDefaultHeartbeatMisses = 5;
 // or kDefaultHeartbeatMisses; hp::Error when malformed.
 double comm_heartbeat_from_env();
 int comm_heartbeat_misses_from_env();
+// HP_COMM_PROGRESS_THREAD=1 asks MpiComm::init_world for the progress thread that
+// CommOptions::progress_thread (train/grad --progress-thread) asks for; unset or 0: none.
+bool comm_progress_thread_from_env();
 
 // Implementation state behind a Request. poll() advances it and returns true once it is complete.
 struct RequestState {

@@ -104,13 +104,14 @@ std::unique_ptr<MpiComm> MpiComm::init_world(int* argc, char*** argv, const Comm
   double heartbeat = options.heartbeat_s >= 0 ? options.heartbeat_s : comm_heartbeat_from_env();
   const int misses = options.heartbeat_misses > 0 ? options.heartbeat_misses
                                                    : comm_heartbeat_misses_from_env();
-  const bool threads = options.progress_thread || heartbeat > 0;
+  CommOptions o = options;
+  o.progress_thread = o.progress_thread || comm_progress_thread_from_env();
+  const bool threads = o.progress_thread || heartbeat > 0;
   int want = threads ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
   int got = 0;
   int rc = MPI_Init_thread(argc, argv, want, &got);
   HP_CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed (MPI error {}); is this an MPI launch?", rc);
   mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-  CommOptions o = options;
   if (o.progress_thread && got < MPI_THREAD_MULTIPLE) {
     std::fprintf(stderr, "helixpipe: this MPI lacks MPI_THREAD_MULTIPLE; running without a "
                          "progress thread (progress comes from polling)\n");

@@ -34,6 +34,9 @@ class MpiComm final : public Comm {
   int world_rank_of(int peer) const override;
   std::unique_ptr<Comm> split(int color, int key) override;
   [[noreturn]] void abort(const std::string& message) override;
+  // Whether this comm's background progress thread runs (CommOptions::progress_thread or
+  // HP_COMM_PROGRESS_THREAD=1, and MPI_THREAD_MULTIPLE granted).
+  bool has_progress_thread() const { return progress_thread_.joinable(); }
 
  protected:
   std::shared_ptr<RequestState> start_send(const void* buf, int64_t bytes, int peer, int tag) override;

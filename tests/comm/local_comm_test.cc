@@ -1,6 +1,7 @@
 // LocalWorld (ranks on threads): message ordering and matching, any-pair traffic, the
 // deterministic allreduce against a sequential sum, sub-communicators, and the failure paths
 // (watchdog timeout, a failing rank, unmatched or mis-sized messages).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -328,9 +329,19 @@ TEST(LocalComm, TimeoutComesFromTheEnvironment) {
   EXPECT_EQ(comm_timeout_from_env(), 2.5);
   EXPECT_EQ(LocalWorld(1).comm(0).timeout(), 2.5);
   EXPECT_EQ(LocalWorld(1, fast_timeout(7)).comm(0).timeout(), 7);  // explicit option wins
-  for (const char* bad : {"abc", "-1", "0", "5s"}) {
+  for (const char* bad : {"abc", "-1", "0", "5s", "inf", "nan"}) {
     setenv("HP_COMM_TIMEOUT", bad, 1);
     EXPECT_THROW(comm_timeout_from_env(), Error) << bad;
+  }
+  setenv("HP_COMM_TIMEOUT", "-1", 1);  // the message names the variable, the rule and the default
+  try {
+    comm_timeout_from_env();
+    ADD_FAILURE() << "HP_COMM_TIMEOUT=-1 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              fmt::format("HP_COMM_TIMEOUT='-1' is not a positive number of seconds; unset it for "
+                          "the default {}",
+                          kDefaultCommTimeout));
   }
   if (old) setenv("HP_COMM_TIMEOUT", saved.c_str(), 1);
   else unsetenv("HP_COMM_TIMEOUT");
@@ -365,11 +376,27 @@ TEST(LocalComm, HeartbeatSettingsComeFromTheEnvironment) {
     setenv("HP_COMM_HEARTBEAT", bad, 1);
     EXPECT_THROW(comm_heartbeat_from_env(), Error) << bad;
   }
-  for (const char* bad : {"0", "1", "-2", "1.5", "x"}) {
+  for (const char* bad : {"0", "1", "-2", "1.5", "x", "1000001", "99999999999999999999"}) {
     setenv("HP_COMM_HEARTBEAT_MISSES", bad, 1);
     EXPECT_THROW(comm_heartbeat_misses_from_env(), Error) << bad;
   }
   EXPECT_EQ(LocalWorld(2).comm(0).liveness(), nullptr);
+  {
+    const char* pt = std::getenv("HP_COMM_PROGRESS_THREAD");
+    const std::string pt_saved = pt ? pt : "";
+    unsetenv("HP_COMM_PROGRESS_THREAD");
+    EXPECT_FALSE(comm_progress_thread_from_env());
+    setenv("HP_COMM_PROGRESS_THREAD", "1", 1);
+    EXPECT_TRUE(comm_progress_thread_from_env());
+    setenv("HP_COMM_PROGRESS_THREAD", "0", 1);
+    EXPECT_FALSE(comm_progress_thread_from_env());
+    for (const char* bad : {"2", "yes", "-1"}) {
+      setenv("HP_COMM_PROGRESS_THREAD", bad, 1);
+      EXPECT_THROW(comm_progress_thread_from_env(), Error) << bad;
+    }
+    if (pt) setenv("HP_COMM_PROGRESS_THREAD", pt_saved.c_str(), 1);
+    else unsetenv("HP_COMM_PROGRESS_THREAD");
+  }
   for (const Saved& s : saved) {
     if (s.set) setenv(s.name, s.value.c_str(), 1);
     else unsetenv(s.name);

@@ -3,6 +3,7 @@
 // them) and the heartbeat's other half: a rank busy computing is not taken for a stopped one.
 // hp_mpi_test(comm_mpi_4ranks 4 60 --gtest_brief=1)
 // hp_mpi_test(comm_mpi_3ranks_progress_thread 3 60 --gtest_brief=1 --progress-thread)
+// hp_mpi_test(comm_mpi_2ranks_progress_env 2 60 --gtest_brief=1 --expect-progress-thread ENV HP_COMM_PROGRESS_THREAD=1)
 // hp_mpi_test(comm_mpi_watchdog 2 60 --mode=hang EXPECT_FAIL "rank 0 waits for recv of a message rank 1 never sends from rank 1 for 2 s")
 // hp_mpi_test(comm_mpi_killed_rank 3 60 --mode=kill EXPECT_FAIL "rank 1 .*(signal 9|Killed)")
 // hp_mpi_test(comm_mpi_failing_rank 3 60 --mode=throw EXPECT_FAIL "rank 2: error: deliberate failure")
@@ -238,15 +239,20 @@ int run_failure_mode(Comm& c, const std::string& mode) {
 int main(int argc, char** argv) {
   hp::CommOptions options;
   std::string mode;
+  bool expect_progress_thread = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--progress-thread") options.progress_thread = true;
+    if (a == "--progress-thread") options.progress_thread = expect_progress_thread = true;
+    if (a == "--expect-progress-thread") expect_progress_thread = true;
     if (a.rfind("--mode=", 0) == 0) mode = a.substr(7);
   }
   options.timeout_s = 30;  // a broken test ends in 30 s with a message, well inside ctest's limit
   auto world = hp::MpiComm::init_world(&argc, &argv, options);
   int rc = 0;
   try {
+    HP_CHECK(world->has_progress_thread() == expect_progress_thread,
+             "the progress thread is {}, expected {}", world->has_progress_thread() ? "on" : "off",
+             expect_progress_thread ? "on" : "off");
     if (!mode.empty()) {
       rc = hp::run_failure_mode(*world, mode);
     } else {
