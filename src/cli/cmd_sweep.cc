@@ -1,6 +1,7 @@
 // helixpipe sweep: the paper's trends on paper. For each sequence length and GPU count, the best
-// TP x PP x DP layout (and recomputation, folds) that fits in memory for HelixPipe, 1F1B and ZB1P,
-// with throughput, MFU and memory per GPU, and HelixPipe's gain over the better baseline.
+// TP x PP x DP layout (and recomputation, folds) that fits in memory for HelixPipe and each baseline
+// (sim/plan.h sweep_families), with throughput, MFU and memory per GPU, and HelixPipe's gain over
+// the best baseline.
 #include <fmt/format.h>
 
 #include "cli/commands.h"
@@ -12,9 +13,9 @@
 namespace hp::cli {
 
 int cmd_sweep(int argc, char** argv) {
-  CLI::App app{"Sweep sequence length and GPU count: for HelixPipe, 1F1B and ZB1P, the fastest\n"
-               "TP x PP x DP layout (with recomputation, folds, MLP chunking) that fits in memory,\n"
-               "its throughput, MFU and memory per GPU, and HelixPipe's gain over the better baseline.",
+  CLI::App app{"Sweep sequence length and GPU count: for HelixPipe, 1F1B, ZB1P, AdaPipe and WeiPipe,\n"
+               "the fastest TP x PP x DP layout (with recomputation, folds, MLP chunking) that fits in\n"
+               "memory, its throughput, MFU and memory per GPU, and HelixPipe's gain over the best baseline.",
                "helixpipe sweep"};
   app.footer(
       "Model of TP (with sequence parallelism) and DP: src/sim/parallel.h and docs/simulator.md.\n"
@@ -52,37 +53,34 @@ int cmd_sweep(int argc, char** argv) {
   const double memory = usable_memory(dev, memory_gib);
 
   nlohmann::json rows = nlohmann::json::array();
+  const std::vector<std::string>& fams = sweep_families();
   if (format == "text") {
     fmt::print("model {} on {} ({:.0f} GiB per GPU), global batch {} sequences\n\n", cfg.name,
                dev.name, memory / (1ull << 30), global_batch);
-    fmt::print("{:>7} {:>5} | {:<34} {:>9} {:>6} {:>8} | {:<30} {:>9} {:>8} | {:<30} {:>9} {:>8} | {:>7}\n",
-               "seq", "GPUs", "helix: layout, config", "tok/s", "MFU", "mem/GPU", "1f1b", "tok/s",
-               "mem/GPU", "zb1p", "tok/s", "mem/GPU", "gain");
+    fmt::print("{:>7} {:>5} | {:<34} {:>9} {:>6} {:>8}", "seq", "GPUs", "helix: layout, config",
+               "tok/s", "MFU", "mem/GPU");
+    for (size_t f = 1; f < fams.size(); ++f) fmt::print(" | {:<30} {:>9} {:>8}", fams[f], "tok/s", "mem/GPU");
+    fmt::print(" | {:>7}\n", "gain");
   }
   auto brief = [](const PlanResult& r) {
     return r.fits ? fmt::format("{} {} m={}", r.c.layout.str(), r.c.label().substr(r.c.schedule.size() + 1),
                                 r.c.microbatches)
                   : std::string("does not fit");
   };
+  auto tok = [](const PlanResult& r) { return r.fits ? fmt::format("{:.0f}", r.tokens_per_s) : "-"; };
+  auto mem = [](const PlanResult& r) { return r.fits ? human_bytes(r.memory.total()) : "-"; };
   for (int64_t s : seqs) {
     for (int64_t n : gpus) {
-      PlanResult h = best_fitting("helix", cfg, s, static_cast<int>(n), dev, memory, global_batch, want_tp, want_pp);
-      PlanResult o = best_fitting("1f1b", cfg, s, static_cast<int>(n), dev, memory, global_batch, want_tp, want_pp);
-      PlanResult z = best_fitting("zb1p", cfg, s, static_cast<int>(n), dev, memory, global_batch, want_tp, want_pp);
-      double base = std::max(o.fits ? o.tokens_per_s : 0.0, z.fits ? z.tokens_per_s : 0.0);
-      double gain = h.fits && base > 0 ? h.tokens_per_s / base - 1 : 0;
-      nlohmann::json row = {{"seq_len", s}, {"gpus", n}, {"helix", sweep_entry_json(h)},
-                            {"1f1b", sweep_entry_json(o)}, {"zb1p", sweep_entry_json(z)}};
-      if (h.fits && base > 0) row["helix_gain"] = gain;
-      rows.push_back(row);
-      if (format == "text") {
-        auto tok = [](const PlanResult& r) { return r.fits ? fmt::format("{:.0f}", r.tokens_per_s) : "-"; };
-        auto mem = [](const PlanResult& r) { return r.fits ? human_bytes(r.memory.total()) : "-"; };
-        fmt::print("{:>7} {:>5} | {:<34} {:>9} {:>5.1f}% {:>8} | {:<30} {:>9} {:>8} | {:<30} {:>9} {:>8} | {:>7}\n",
-                   s, n, brief(h), tok(h), 100 * h.mfu, mem(h), brief(o), tok(o), mem(o), brief(z),
-                   tok(z), mem(z), h.fits && base > 0 ? fmt::format("{:+.1f}%", 100 * gain) : "-");
-        std::fflush(stdout);
-      }
+      const SweepRow row =
+          sweep_row(cfg, s, static_cast<int>(n), dev, memory, global_batch, want_tp, want_pp);
+      rows.push_back(row.json());
+      if (format != "text") continue;
+      const PlanResult& h = row.best.front();
+      fmt::print("{:>7} {:>5} | {:<34} {:>9} {:>5.1f}% {:>8}", s, n, brief(h), tok(h), 100 * h.mfu, mem(h));
+      for (size_t f = 1; f < fams.size(); ++f)
+        fmt::print(" | {:<30} {:>9} {:>8}", brief(row.best[f]), tok(row.best[f]), mem(row.best[f]));
+      fmt::print(" | {:>7}\n", row.has_gain ? fmt::format("{:+.1f}%", 100 * row.helix_gain) : "-");
+      std::fflush(stdout);
     }
   }
   nlohmann::json result = {{"version", 1}, {"model", cfg.name}, {"device", dev.name},

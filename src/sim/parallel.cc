@@ -8,6 +8,7 @@
 #include "schedule/lower.h"
 #include "sim/adapipe.h"
 #include "sim/memory.h"
+#include "sim/weipipe.h"
 #include "util/error.h"
 
 namespace hp {
@@ -185,6 +186,8 @@ PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg_in, int64_t seq_l
   const int e = dev.bytes_per_elem();
   const int64_t tokens = seq_len;  // micro-batch size 1
   CostModel cost = parallel_costs(cfg, seq_len, 1, dev, pc.transfer, lay);
+  if (pc.schedule == "weipipe")
+    return weipipe_evaluate(pc, cfg, seq_len, dev, cost, memory_bytes, simulate_all);
   if (pc.schedule == "adapipe" && pc.stage_layers.empty() && lay.pp <= cfg.layers) {
     const AdaPipePlan plan = adapipe_search(adapipe_table(cost, &cfg, tokens, e, lay, pc.transfer,
                                                           lay.pp, pc.microbatches,

@@ -22,7 +22,7 @@ std::vector<PlanCase> plan_candidates(const Layout& lay, const std::vector<int>&
     PlanCase c;
     c.layout = lay;
     c.microbatches = m;
-    for (const char* name : {"gpipe", "1f1b", "zb1p"}) {
+    for (const char* name : {"gpipe", "1f1b", "zb1p", "weipipe"}) {
       c.schedule = name;
       for (Recompute r : {Recompute::kNone, Recompute::kFull}) {
         c.recompute = r;
@@ -211,6 +211,28 @@ nlohmann::json sweep_entry_json(const PlanResult& r) {
               {"bubble_fraction", r.bubble_fraction}, {"comm_exposed", r.comm_exposed}});
     add_stage_plan(j, r.c);
   }
+  return j;
+}
+
+SweepRow sweep_row(const ModelConfig& cfg, int64_t s, int gpus, const DeviceProfile& dev,
+                   double memory, int global_batch, int want_tp, int want_pp) {
+  SweepRow row;
+  row.seq_len = s;
+  row.gpus = gpus;
+  double base = 0;
+  for (const std::string& f : sweep_families()) {
+    row.best.push_back(best_fitting(f, cfg, s, gpus, dev, memory, global_batch, want_tp, want_pp));
+    if (f != "helix" && row.best.back().fits) base = std::max(base, row.best.back().tokens_per_s);
+  }
+  row.has_gain = row.best.front().fits && base > 0;
+  if (row.has_gain) row.helix_gain = row.best.front().tokens_per_s / base - 1;
+  return row;
+}
+
+nlohmann::json SweepRow::json() const {
+  nlohmann::json j = {{"seq_len", seq_len}, {"gpus", gpus}};
+  for (size_t i = 0; i < best.size(); ++i) j[sweep_families()[i]] = sweep_entry_json(best[i]);
+  if (has_gain) j["helix_gain"] = helix_gain;
   return j;
 }
 

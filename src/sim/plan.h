@@ -64,4 +64,24 @@ PlanResult best_fitting(const std::string& family, const ModelConfig& cfg, int64
 // One fitting result as sweep's JSON ({"fits": false} when it does not fit).
 nlohmann::json sweep_entry_json(const PlanResult& r);
 
+// The families a sweep row compares: HelixPipe first, then its baselines.
+inline const std::vector<std::string>& sweep_families() {
+  static const std::vector<std::string> f = {"helix", "1f1b", "zb1p", "adapipe", "weipipe"};
+  return f;
+}
+
+// One row of `helixpipe sweep`: best_fitting() of every sweep family at (s, gpus), and HelixPipe's
+// gain over the fastest baseline that fits (none when HelixPipe or every baseline does not fit).
+struct SweepRow {
+  int64_t seq_len = 0;
+  int gpus = 0;
+  std::vector<PlanResult> best;  // in sweep_families() order
+  bool has_gain = false;
+  double helix_gain = 0;  // helix tokens/s over the best baseline's, minus 1
+  // {"seq_len", "gpus", one sweep_entry_json per family under its name, "helix_gain" when known}
+  nlohmann::json json() const;
+};
+SweepRow sweep_row(const ModelConfig& cfg, int64_t s, int gpus, const DeviceProfile& dev,
+                   double memory, int global_batch, int want_tp, int want_pp);
+
 }  // namespace hp

@@ -1,9 +1,12 @@
 #include "sim/weipipe.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <utility>
 
+#include "sim/memory.h"
 #include "util/error.h"
 
 namespace hp {
@@ -211,6 +214,53 @@ GpuMemory weipipe_memory(const ModelConfig& cfg, const Layout& lay, int64_t toke
   mem.activations = peak_stash_bytes / t;
   mem.working = gpu_memory(cfg, "1f1b", lay, tokens, 0, 0, e).working;
   return mem;
+}
+
+PlanResult weipipe_evaluate(const PlanCase& pc, const ModelConfig& cfg, int64_t seq_len,
+                            const DeviceProfile& dev, const CostModel& cost, double memory_bytes,
+                            bool simulate_all) {
+  PlanResult r;
+  r.c = pc;
+  const Layout& lay = pc.layout;
+  const int p = lay.pp, m = pc.microbatches, L = static_cast<int>(cfg.layers);
+  if (p > L) {
+    r.error = fmt::format("weipipe: {} ranks cannot share {} layers (a chunk per rank)", p, L);
+    return r;
+  }
+  const int e = dev.bytes_per_elem();
+  const int64_t tokens = seq_len;  // micro-batch size 1
+  ScheduleSpec one{};  // one micro-batch through the whole model: every rank's peak stash
+  one.name = "1f1b";
+  one.stages = 1;
+  one.microbatches = 1;
+  one.layers = L;
+  one.recompute = pc.recompute;
+  one.transfer = pc.transfer;
+  const auto peaks = stash_peaks(generate(one), cfg, tokens, e);
+  r.memory = weipipe_memory(cfg, lay, tokens, static_cast<double>(peaks[0]), e);
+  r.fits = r.memory.total() <= memory_bytes;
+  if (!r.fits && !simulate_all) return r;
+  const int64_t chunk = (cfg.layers + p - 1) / p * cfg.params_per_layer();
+  const int64_t rank_params = weipipe_rank_params(cfg, p);
+  WeiPipeOptions opt;
+  opt.recompute = pc.recompute;
+  opt.chunk_bytes = chunk * e / lay.tp;
+  opt.replicated_bytes = (rank_params - chunk) * e / lay.tp;
+  opt.shared_nic = true;  // one NIC per GPU, as the planner's other schedules
+  opt.comm_compute_share = dev.comm_compute_share;
+  opt.tokens_per_microbatch = tokens;
+  const SimResult sim = simulate_weipipe(cost, p, m, L, opt);
+  const LinkProfile& dp_link = lay.tp * lay.dp <= dev.gpus_per_node ? dev.intra : dev.inter;
+  r.makespan = sim.makespan;
+  r.allreduce = dp_allreduce_time(static_cast<double>(rank_params) / lay.tp * 2, lay.dp, dp_link);
+  r.iteration = pc.rounds * r.makespan + r.allreduce;
+  r.bubble_fraction = pc.rounds * sim.bubble / r.iteration;
+  double wait = 0;
+  for (const auto& st : sim.stages) wait = std::max(wait, st.wait);
+  r.comm_exposed = pc.rounds * wait / r.iteration;
+  r.tokens_per_s = static_cast<double>(tokens) * m * pc.rounds * lay.dp / r.iteration;
+  r.mfu = sim.mfu * pc.rounds * sim.makespan / r.iteration;
+  return r;
 }
 
 SimRun simulate_weipipe_spec(const ScheduleSpec& spec, const CostSetup& c) {

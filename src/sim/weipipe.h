@@ -56,6 +56,15 @@ int64_t weipipe_rank_params(const ModelConfig& cfg, int pp);
 GpuMemory weipipe_memory(const ModelConfig& cfg, const Layout& layout, int64_t tokens,
                          double peak_stash_bytes, int bytes_per_elem);
 
+// The planner's evaluate() (sim/parallel.h) for a WeiPipe case: memory first (one micro-batch's
+// whole-model stash under c.recompute, weipipe_memory), then, when it fits within `memory_bytes`
+// or `simulate_all`, the ring on `cost` (the layout's per-GPU part costs) with the planner's link
+// rules (rendezvous, one NIC per GPU, dev.comm_compute_share) and the DP all-reduce of a rank's
+// parameters. A case the ring cannot run (p > L) comes back with `error` set.
+PlanResult weipipe_evaluate(const PlanCase& c, const ModelConfig& cfg, int64_t seq_len,
+                            const DeviceProfile& dev, const CostModel& cost, double memory_bytes,
+                            bool simulate_all);
+
 // compare's WeiPipe row: the ring on `c` (p = spec.stages, m, L, recomputation as simulate_spec
 // picks it, default none), weights in the device dtype / tp; with a model, every rank's peak stash
 // is one micro-batch's whole-model stash (a one-stage, one-micro-batch schedule's, per GPU).

@@ -162,7 +162,7 @@ TEST(CompareCli, GptPresetIsSimulatedNotRun) {
                           "--device=h20 --format=json",
                           &rc);
   ASSERT_EQ(rc, 0);
-  ASSERT_EQ(j["results"].size(), 6u);
+  ASSERT_EQ(j["results"].size(), 8u);
   for (const auto& r : j["results"]) EXPECT_FALSE(r.contains("error")) << r.dump();
   const std::string want =
       "model 'gpt-7b' is GPT-style; helixpipe trains LLaMA-style models only; it can be simulated "
@@ -427,15 +427,27 @@ TEST(SweepCli, GainRowsAndJson) {
   auto j = helixpipe_json("sweep --model=1.3b --device=h20 --seq-lens=16k,64k --gpus=8,16 --format=json", &rc);
   ASSERT_EQ(rc, 0);
   ASSERT_EQ(j["rows"].size(), 4u);
+  int adapipe_rows = 0, weipipe_rows = 0;
   for (const auto& row : j["rows"]) {
-    for (const char* s : {"helix", "1f1b", "zb1p"}) {
+    double best_baseline = 0;
+    for (const char* s : {"helix", "1f1b", "zb1p", "adapipe", "weipipe"}) {
+      ASSERT_TRUE(row.contains(s)) << s;
       const auto& r = row[s];
       if (!r["fits"]) continue;
       EXPECT_LE(r["memory_per_gpu_bytes"].get<double>(), j["memory_bytes"].get<double>());
       EXPECT_EQ(r["tp"].get<int>() * r["pp"].get<int>() * r["dp"].get<int>(), row["gpus"].get<int>());
       EXPECT_GE(r["pp"].get<int>(), 2);
+      if (std::string(s) != "helix") best_baseline = std::max(best_baseline, r["tokens_per_s"].get<double>());
+      adapipe_rows += std::string(s) == "adapipe";
+      weipipe_rows += std::string(s) == "weipipe";
     }
+    // The gain is over the fastest baseline of the four, not only 1F1B and ZB1P.
+    ASSERT_TRUE(row["helix"]["fits"] && best_baseline > 0) << row.dump();
+    EXPECT_NEAR(row["helix_gain"].get<double>(),
+                row["helix"]["tokens_per_s"].get<double>() / best_baseline - 1, 1e-12);
   }
+  EXPECT_GT(adapipe_rows, 0);
+  EXPECT_GT(weipipe_rows, 0);
   Ran bad = helixpipe("sweep --seq-lens=16k,abc");
   EXPECT_EQ(bad.rc, 2);  // a usage error (docs/cli.md)
   EXPECT_NE(bad.out.find("--seq-lens takes a whole number, got '"), std::string::npos) << bad.out;

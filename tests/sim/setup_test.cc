@@ -130,9 +130,12 @@ TEST(Plan, UsableMemoryIsTheFlagOrTheDevices) {
 TEST(Plan, CandidatesPerMicroBatchCount) {
   const Layout lay{1, 2, 1};
   const auto one = plan_candidates(lay, {2});
-  // gpipe, 1f1b, zb1p and interleaved x {none, full}; adapipe (searched); helix F=1,2 x 2
-  // transfers x 3 policies.
-  EXPECT_EQ(one.size(), 4u * 2 + 1 + 2 * 2 * 3);
+  // gpipe, 1f1b, zb1p, weipipe and interleaved x {none, full}; adapipe (searched); helix F=1,2 x
+  // 2 transfers x 3 policies.
+  EXPECT_EQ(one.size(), 5u * 2 + 1 + 2 * 2 * 3);
+  EXPECT_EQ(std::count_if(one.begin(), one.end(),
+                          [](const PlanCase& c) { return c.schedule == "weipipe"; }),
+            2);
   EXPECT_EQ(plan_candidates(lay, {2, 4, 8}).size(), 3 * one.size());
   for (const PlanCase& c : one) EXPECT_EQ(c.virtual_stages, c.schedule == "interleaved" ? 2 : 1);
 }

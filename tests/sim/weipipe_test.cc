@@ -136,5 +136,36 @@ TEST(WeiPipe, CompareRow) {
   EXPECT_GT(wei.iteration, 0);
 }
 
+// The planner's WeiPipe case (plan and sweep) is the compare row of the same layout: one ring
+// replay and one memory model behind both. And what the planner cannot run is an error, not a fit.
+TEST(WeiPipe, PlannerCaseEqualsTheCompareRow) {
+  CostSpec spec;
+  spec.model = "7b";
+  spec.seq_len = 131072;
+  spec.device = "h20";
+  spec.tp = 8;
+  const CostSetup c = build_cost(spec);
+  const Comparison cmp = compare_schedules(c, 8, 16, 32);
+  const CompareEntry& row = cmp.entries[4];
+  ASSERT_EQ(row.label, "weipipe");
+  ASSERT_TRUE(row.run.has_value()) << row.error;
+  PlanCase pc;
+  pc.schedule = "weipipe";
+  pc.layout = Layout{8, 8, 1};
+  pc.microbatches = 16;
+  const ModelConfig cfg = ModelConfig::load("7b");
+  const DeviceProfile& dev = device_profile("h20");
+  const PlanResult r = evaluate(pc, cfg, 131072, dev, dev.memory_bytes);
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  EXPECT_DOUBLE_EQ(r.makespan, row.run->result.makespan);
+  EXPECT_DOUBLE_EQ(r.memory.total(), row.memory->total());
+  EXPECT_EQ(r.fits, row.fits);
+  EXPECT_DOUBLE_EQ(r.tokens_per_s, 131072.0 * 16 / r.iteration);
+  pc.layout = Layout{1, 64, 1};  // 64 ranks, 32 layers: no chunk for half of them
+  const PlanResult bad = evaluate(pc, cfg, 131072, dev, dev.memory_bytes);
+  EXPECT_FALSE(bad.fits);
+  EXPECT_NE(bad.error.find("64 ranks cannot share 32 layers"), std::string::npos) << bad.error;
+}
+
 }  // namespace
 }  // namespace hp
