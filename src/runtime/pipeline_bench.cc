@@ -30,15 +30,13 @@ LinkProfile measure_group_link(TpGroup& group, DType t, int64_t n, int repeats) 
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  // Bandwidth from the slope between n/8 and n elements; latency from a tiny collective, where it
-  // is nearly all of the time (an intercept extrapolated from two large sizes understates the
-  // fixed cost that the step's many small collectives pay).
-  const int64_t tiny = 8, small = n / 8;
-  const double tt = median_time(tiny), ts = median_time(small), tb = median_time(n);
-  auto sent = [&](int64_t elems) { return static_cast<double>(elems * dtype_bytes(t) * (T - 1)); };
+  const int64_t small = n / 8;
+  const double ts = median_time(small), tb = median_time(n);
+  const double bs = static_cast<double>(small * dtype_bytes(t) * (T - 1));
+  const double bb = static_cast<double>(n * dtype_bytes(t) * (T - 1));
   LinkProfile l;
-  l.bandwidth_Bps = tb > ts ? (sent(n) - sent(small)) / (tb - ts) : sent(n) / tb;
-  l.latency_s = std::max(0.0, (tt - sent(tiny) / l.bandwidth_Bps) / (T - 1));
+  l.bandwidth_Bps = tb > ts ? (bb - bs) / (tb - ts) : bb / tb;
+  l.latency_s = std::max(0.0, (ts - bs / l.bandwidth_Bps) / (T - 1));
   group.restore_stats(saved);
   return l;
 }

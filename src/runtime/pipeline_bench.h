@@ -53,10 +53,10 @@ struct BenchSetup {
 };
 
 // The link a tensor-parallel group's collectives see, timed with the group's own all-gathers and
-// reduce-scatters (the exchange in both directions at once, the summing of received blocks) of
-// 8, n/8 and n elements of `t` per rank, the median of `repeats` each: bandwidth per byte a rank
-// sends from the slope between n/8 and n, latency per message from the 8-element one. Collective
-// over the group; leaves its stats as they were.
+// reduce-scatters (the exchange in both directions at once, the summing of received blocks, cold
+// caches) of `n` and n/8 elements of `t` per rank, the median of `repeats` each: latency per
+// message and bandwidth per byte a rank sends, fitted to the two sizes. Collective over the group;
+// leaves its stats as they were.
 LinkProfile measure_group_link(TpGroup& group, DType t, int64_t n, int repeats);
 
 // Collective over `world` (D x P x T ranks, comm/split_grid's layout; `sch` lowered for b.cfg and
