@@ -12,6 +12,7 @@
 #include "sim/parallel.h"
 #include "util/error.h"
 #include "../error_text.h"
+#include "../tiny_gpt.h"
 
 namespace hp {
 namespace {
@@ -243,23 +244,8 @@ TEST(CostModel, FromModelUsesMemoryBandwidthAndEfficiency) {
             std::string::npos);
 }
 
-// GPT kind (docs/simulator.md "Model kinds") on a config small enough to count by hand: h=8,
-// 2 heads (q = 3h = 24), ffn 4h = 32, vocab 16, L=2, 16 learned positions, tied embeddings; one
-// sequence of s = T = 4 tokens.
-ModelConfig tiny_gpt() {
-  ModelConfig c;
-  c.name = "tiny-gpt";
-  c.kind = ModelKind::kGpt;
-  c.hidden = 8;
-  c.heads = 2;
-  c.kv_heads = 2;
-  c.intermediate = 32;
-  c.layers = 2;
-  c.vocab = 16;
-  c.max_positions = 16;
-  c.tie_embeddings = true;
-  return c;
-}
+// tiny_gpt (tests/tiny_gpt.h) on one sequence of s = T = 4 tokens.
+using test::tiny_gpt;
 
 DeviceProfile counting_device(double peak_flops, double mem_bandwidth) {
   DeviceProfile dev;

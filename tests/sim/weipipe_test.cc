@@ -103,14 +103,18 @@ TEST(WeiPipe, MemoryPerGpuOf7bOnEightRanks) {
 // In compare: a row after zb1p whose every rank keeps one micro-batch's whole-model stash, as
 // much as 1F1B's first stage keeps of p micro-batches at L/p layers (plus the head's), and whose
 // ring traffic is 3 weight chunks a step, independent of the sequence length.
-TEST(WeiPipe, CompareRow) {
+// compare's rows in the paper's setting: 7b at 128k on H20, TP8 x PP8, m = 16.
+Comparison paper_setting_rows() {
   CostSpec spec;
   spec.model = "7b";
   spec.seq_len = 131072;
   spec.device = "h20";
   spec.tp = 8;
-  const CostSetup c = build_cost(spec);
-  const Comparison cmp = compare_schedules(c, 8, 16, 32);
+  return compare_schedules(build_cost(spec), 8, 16, 32);
+}
+
+TEST(WeiPipe, CompareRow) {
+  const Comparison cmp = paper_setting_rows();
   auto row = [&](const std::string& label) {
     auto it = std::find_if(cmp.entries.begin(), cmp.entries.end(),
                            [&](const CompareEntry& e) { return e.label == label; });
@@ -139,13 +143,7 @@ TEST(WeiPipe, CompareRow) {
 // The planner's WeiPipe case (plan and sweep) is the compare row of the same layout: one ring
 // replay and one memory model behind both. And what the planner cannot run is an error, not a fit.
 TEST(WeiPipe, PlannerCaseEqualsTheCompareRow) {
-  CostSpec spec;
-  spec.model = "7b";
-  spec.seq_len = 131072;
-  spec.device = "h20";
-  spec.tp = 8;
-  const CostSetup c = build_cost(spec);
-  const Comparison cmp = compare_schedules(c, 8, 16, 32);
+  const Comparison cmp = paper_setting_rows();
   const CompareEntry& row = cmp.entries[4];
   ASSERT_EQ(row.label, "weipipe");
   ASSERT_TRUE(row.run.has_value()) << row.error;

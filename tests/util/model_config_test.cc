@@ -4,6 +4,7 @@
 
 #include "util/error.h"
 #include "../error_text.h"
+#include "../tiny_gpt.h"
 
 namespace hp {
 namespace {
@@ -148,22 +149,7 @@ TEST(ModelConfig, PaperPresetsHaveTheirStatedSizes) {
 namespace hp {
 namespace {
 
-// A GPT-style config small enough to count by hand: h=8, 2 heads, ffn 4h=32, L=2, vocab 16, 16
-// learned positions, tied embeddings.
-ModelConfig tiny_gpt() {
-  ModelConfig c;
-  c.name = "tiny-gpt";
-  c.kind = ModelKind::kGpt;
-  c.hidden = 8;
-  c.heads = 2;
-  c.kv_heads = 2;
-  c.intermediate = 32;
-  c.layers = 2;
-  c.vocab = 16;
-  c.max_positions = 16;
-  c.tie_embeddings = true;
-  return c;
-}
+using test::tiny_gpt;  // tests/tiny_gpt.h
 
 TEST(ModelConfig, GptParameterCountsByHand) {
   const ModelConfig c = tiny_gpt();
