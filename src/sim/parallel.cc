@@ -173,7 +173,7 @@ PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg_in, int64_t seq_l
   PlanResult r;
   r.c = pc;
   const Layout& lay = pc.layout;
-  const int t = lay.tp, d = lay.dp;
+  const int t = lay.tp;
   ScheduleSpec spec;
   spec.name = pc.schedule == "adapipe" ? "1f1b" : pc.schedule;
   spec.stages = lay.pp;
@@ -225,10 +225,17 @@ PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg_in, int64_t seq_l
   opt.shared_nic = true;  // one NIC per GPU: a stage's inter-node messages share it
   opt.message_bytes_scale = e / 4.0 / t;
   opt.tokens_per_microbatch = tokens;
-  SimResult sim = simulate(s, cost, opt);
-  const LinkProfile& dp_link = t * d <= dev.gpus_per_node ? dev.intra : dev.inter;
+  fill_iteration(r, simulate(s, cost, opt), params, dev, tokens);
+  return r;
+}
+
+void fill_iteration(PlanResult& r, const SimResult& sim, double params_per_gpu,
+                    const DeviceProfile& dev, int64_t tokens) {
+  const PlanCase& pc = r.c;
+  const int d = pc.layout.dp;
+  const LinkProfile& dp_link = pc.layout.tp * d <= dev.gpus_per_node ? dev.intra : dev.inter;
   r.makespan = sim.makespan;
-  r.allreduce = dp_allreduce_time(params * 2, d, dp_link);
+  r.allreduce = dp_allreduce_time(params_per_gpu * 2, d, dp_link);
   r.iteration = pc.rounds * r.makespan + r.allreduce;
   r.bubble_fraction = pc.rounds * sim.bubble / r.iteration;
   double wait = 0;
@@ -236,7 +243,6 @@ PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg_in, int64_t seq_l
   r.comm_exposed = pc.rounds * wait / r.iteration;
   r.tokens_per_s = static_cast<double>(tokens) * pc.microbatches * pc.rounds * d / r.iteration;
   r.mfu = sim.mfu * pc.rounds * sim.makespan / r.iteration;
-  return r;
 }
 
 PlanResult evaluate_fitting(PlanCase c, const ModelConfig& cfg, int64_t seq_len,

@@ -123,6 +123,12 @@ GpuMemory stage_gpu_memory(const ModelConfig& cfg, const Layout& layout, int64_t
 PlanResult evaluate(const PlanCase& c, const ModelConfig& cfg, int64_t seq_len,
                     const DeviceProfile& dev, double memory_bytes, bool simulate_all = false);
 
+// The iteration figures of r (makespan, DP all-reduce of `params_per_gpu` two-byte gradients,
+// bubble, exposed communication, tokens/s, MFU) from one pipeline call's simulation `sim` of
+// micro-batches of `tokens` tokens, for r.c's layout and pipeline calls.
+void fill_iteration(PlanResult& r, const SimResult& sim, double params_per_gpu,
+                    const DeviceProfile& dev, int64_t tokens);
+
 // The cheapest way to make `c` fit, trying in order: as given; with an MLP chunked at 8192 tokens
 // (when s is longer); then, for schedules whose memory grows with m (helix, gpipe), 2, 4, ... pipeline
 // calls of microbatches / rounds each. Returns the first result that fits, else the last tried.

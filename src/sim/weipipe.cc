@@ -202,6 +202,18 @@ int64_t weipipe_rank_params(const ModelConfig& cfg, int pp) {
       stage_params_per_gpu(cfg, (cfg.layers + pp - 1) / pp, true, true, 1));
 }
 
+namespace {
+
+// What each ring flow carries per step on one GPU (the largest layer chunk, in the device dtype,
+// 1/tp of it) and the replicated parameters' bytes all-reduced at the end.
+void set_ring_bytes(WeiPipeOptions& opt, const ModelConfig& cfg, int p, int tp, int64_t e) {
+  const int64_t chunk = (cfg.layers + p - 1) / p * cfg.params_per_layer();
+  opt.chunk_bytes = chunk * e / tp;
+  opt.replicated_bytes = (weipipe_rank_params(cfg, p) - chunk) * e / tp;
+}
+
+}  // namespace
+
 GpuMemory weipipe_memory(const ModelConfig& cfg, const Layout& lay, int64_t tokens,
                          double peak_stash_bytes, int e) {
   const double t = lay.tp, d = lay.dp;
@@ -240,26 +252,14 @@ PlanResult weipipe_evaluate(const PlanCase& pc, const ModelConfig& cfg, int64_t 
   r.memory = weipipe_memory(cfg, lay, tokens, static_cast<double>(peaks[0]), e);
   r.fits = r.memory.total() <= memory_bytes;
   if (!r.fits && !simulate_all) return r;
-  const int64_t chunk = (cfg.layers + p - 1) / p * cfg.params_per_layer();
-  const int64_t rank_params = weipipe_rank_params(cfg, p);
   WeiPipeOptions opt;
   opt.recompute = pc.recompute;
-  opt.chunk_bytes = chunk * e / lay.tp;
-  opt.replicated_bytes = (rank_params - chunk) * e / lay.tp;
+  set_ring_bytes(opt, cfg, p, lay.tp, e);
   opt.shared_nic = true;  // one NIC per GPU, as the planner's other schedules
   opt.comm_compute_share = dev.comm_compute_share;
   opt.tokens_per_microbatch = tokens;
-  const SimResult sim = simulate_weipipe(cost, p, m, L, opt);
-  const LinkProfile& dp_link = lay.tp * lay.dp <= dev.gpus_per_node ? dev.intra : dev.inter;
-  r.makespan = sim.makespan;
-  r.allreduce = dp_allreduce_time(static_cast<double>(rank_params) / lay.tp * 2, lay.dp, dp_link);
-  r.iteration = pc.rounds * r.makespan + r.allreduce;
-  r.bubble_fraction = pc.rounds * sim.bubble / r.iteration;
-  double wait = 0;
-  for (const auto& st : sim.stages) wait = std::max(wait, st.wait);
-  r.comm_exposed = pc.rounds * wait / r.iteration;
-  r.tokens_per_s = static_cast<double>(tokens) * m * pc.rounds * lay.dp / r.iteration;
-  r.mfu = sim.mfu * pc.rounds * sim.makespan / r.iteration;
+  fill_iteration(r, simulate_weipipe(cost, p, m, L, opt),
+                 static_cast<double>(weipipe_rank_params(cfg, p)) / lay.tp, dev, tokens);
   return r;
 }
 
@@ -275,13 +275,7 @@ SimRun simulate_weipipe_spec(const ScheduleSpec& spec, const CostSetup& c) {
   opt.shared_nic = c.shared_nic;
   if (c.device) opt.comm_compute_share = c.device->comm_compute_share;
   opt.tokens_per_microbatch = c.tokens_per_mb;
-  if (c.model) {
-    const ModelConfig& cfg = *c.model;
-    const int64_t e = c.elem_bytes.compute, t = c.layout.tp;
-    const int64_t chunk = (cfg.layers + p - 1) / p * cfg.params_per_layer();
-    opt.chunk_bytes = chunk * e / t;
-    opt.replicated_bytes = (weipipe_rank_params(cfg, p) - chunk) * e / t;
-  }
+  if (c.model) set_ring_bytes(opt, *c.model, p, c.layout.tp, c.elem_bytes.compute);
   run.result = simulate_weipipe(c.cost, p, m, L, opt);
   run.schedule.name = "weipipe";
   run.schedule.num_stages = p;
