@@ -15,7 +15,7 @@ import json
 import subprocess
 import sys
 
-BASELINES = ["1f1b", "zb1p", "adapipe", "weipipe"]
+BASELINES = ["1f1b", "1f1b no-attn", "1f1b selective", "zb1p", "adapipe", "weipipe"]
 BEGIN, END = "<!-- trends-grid:begin -->", "<!-- trends-grid:end -->"
 
 

@@ -133,10 +133,11 @@ CLI::Option* add_bench_flags(CLI::App& app, BenchRequest& f) {
                  "docs/tensor-parallel.md); the job has D x P x T ranks")
       ->capture_default_str();
   add_precision_flag(app, f.precision);
-  app.add_option("--recompute", f.recompute,
-                 "comma list of policies, each run for every schedule: natural (each schedule's\n"
-                 "own: helix no-attn, the others none), none, full, no-attn. A run equal to an\n"
-                 "earlier one is skipped")
+  app.add_option(
+         "--recompute", f.recompute,
+         "comma list of policies, each run for every schedule: natural (each schedule's\n"
+         "own: helix no-attn, the others none), none, full, no-attn, selective. A run equal\n"
+         "to an earlier one is skipped")
       ->capture_default_str();
   app.add_option("--part-costs", f.part_costs, "part-cost JSON for the predictions (helixpipe profile)");
   app.add_option("--timeline", f.timeline_path,

@@ -28,7 +28,8 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--model", model, "model preset or JSON file")->required();
   app.add_option("--seq-len", seq, "sequence length in tokens")->required()->check(positive());
   app.add_option("--gpus", gpus, "GPUs in all")->required()->check(positive());
-  app.add_option("--device", device, "device profile: h20, a800, h100, h200, cpu, or a JSON file")
+  app.add_option("--device", device,
+                 "device profile: h20, a800, a800-2nic, h100, h200, cpu, or a JSON file")
       ->required();
   app.add_option("--memory", memory_gib, "usable GiB per GPU (default: the device's memory)")
       ->check(positive());

@@ -24,7 +24,7 @@ void add_schedule_flags(CLI::App& app, ScheduleFlags& f) {
       ->check(in_range(1, 1 << 16));
   app.add_option("--recompute", f.recompute,
                  "activation recomputation (default: no-attn for helix, none otherwise)")
-      ->check(one_of({"none", "full", "no-attn"}));
+      ->check(one_of(recompute_policy_names()));
   app.add_option("--transfer", f.transfer,
                  "how attention away from pre:l gets W_qkv: ship the weights or the activations")
       ->capture_default_str()

@@ -27,16 +27,20 @@ void add_cost_flags(CLI::App& app, CostSpec& f) {
                  "model config: a preset (tiny, small, 1.3b, 3b, 7b, ...) or a JSON file");
   app.add_option("--seq-len", f.seq_len, "sequence length s in tokens")->check(positive());
   app.add_option("--device", f.device,
-                 "device profile: h20, a800, h100, h200, cpu, or a JSON file (docs/formats/sim.md)");
+                 "device profile: h20, a800, a800-2nic, h100, h200, cpu, or a JSON file "
+                 "(docs/formats/sim.md)");
   app.add_option("--microbatch-size", f.microbatch_size, "sequences per micro-batch b (default 1)")
       ->check(positive());
   app.add_option("--recompute", f.recompute,
-                 "recomputation: none, full, no-attn (default: the schedule's own: helix no-attn, "
-                 "others none)")
-      ->check(one_of({"none", "full", "no-attn"}));
+                 "recomputation: none, full, no-attn, selective (default: the schedule's own: "
+                 "helix no-attn, others none)")
+      ->check(one_of(recompute_policy_names()));
   app.add_option("--transfer", f.transfer, "helix W_qkv transfer mode: weights or activations")
       ->check(one_of({"weights", "activations"}));
   app.add_flag("--eager", f.eager, "messages leave at the send (default: when both sides posted)");
+  app.add_flag("--head-in-backward", f.head_in_backward,
+               "run the LM head's forward (logits, loss) inside its backward, as the reference "
+               "code does: one logits pass for both (default: in the forward, as helixpipe does)");
   app.add_flag("--shared-nic", f.shared_nic,
                "a stage's inter-node messages share one network port (default: one wire per pair)");
 }

@@ -15,8 +15,9 @@ CLI::Option* add_threads_flag(CLI::App& app, int& threads) {
 // --recompute and --mlp-chunk, in `group`.
 void add_compute_flags(CLI::App& app, std::string& recompute, int64_t& mlp_chunk,
                        const std::string& group) {
-  app.add_option("--recompute", recompute, "activation recomputation: none, full or no-attn")
-      ->check(one_of({"none", "full", "no-attn"}))
+  app.add_option("--recompute", recompute,
+                 "activation recomputation: none, full, no-attn or selective")
+      ->check(one_of(recompute_policy_names()))
       ->group(group);
   app.add_option("--mlp-chunk", mlp_chunk, "run the MLP over chunks of this many tokens (0: whole)")
       ->check(at_least(0))

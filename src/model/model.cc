@@ -21,7 +21,7 @@ std::vector<Value> part_stash(const ComputeOp& op, size_t index, const PartConte
   c.first_in_op = part == *lo;
   c.feeds_next_in_op = !(part == *hi);
   std::vector<Value> s = forward_stash(part, c, layers);
-  if (part.kind == PartKind::kAttn && c.first_in_op && c.policy != Recompute::kNone) {
+  if (part.kind == PartKind::kAttn && c.first_in_op && recomputes(c.policy, PartKind::kPost)) {
     // post:l follows attn:l in this op and its recomputation needs X:l (values.h says so too
     // since feeds_next_in_op; kept here as a guard).
     const bool post_follows = std::find(op.parts.begin(), op.parts.end(),
@@ -178,7 +178,8 @@ struct Model::Impl {
     t.rstd2 = out(val(ValueKind::kRstd2, l));
     t.z = out(val(ValueKind::kZ, l));
     if (need_output) t.xo = out(val(ValueKind::kX, l + 1));
-    const bool full = c.policy == Recompute::kNone || (recompute && (keep_gu || !need_output));
+    const bool full =
+        !recomputes(c.policy, PartKind::kPost) || (recompute && (keep_gu || !need_output));
     if (full) {
       t.g = out(val(ValueKind::kG, l));
       t.u = out(val(ValueKind::kU, l));
@@ -412,7 +413,8 @@ struct Model::Impl {
       require_live(forward_inputs(op.parts[0], ctx[0], L), op);
       for (size_t i = 0; i < n; ++i) forward(op.parts[i], ctx[i], false);
       for (size_t i = 0; i < n; ++i)
-        for (const Value& v : part_stash(op, i, ctx[i], L)) store.keep(v, mb);
+        for (const Value& v : part_stash(op, i, ctx[i], L))  // no targets (logits only): no lsece
+          if (v.kind != ValueKind::kLseCE || batch->targets) store.keep(v, mb);
       cleanup(forward_outputs(op.parts[n - 1], ctx[n - 1], L));
       return;
     }
@@ -428,13 +430,17 @@ struct Model::Impl {
     // is recomputed, stops after them): the backward then does not multiply them out again.
     auto last_post = std::find_if(op.recompute.begin(), op.recompute.end(),
                                   [](const Part& p) { return p.kind == PartKind::kPost; });
+    // The head is not rerun (ir.h recomputes) but its backward reads X:L+1, post:L's output.
+    const bool head_in_op =
+        std::find(op.parts.begin(), op.parts.end(), Part::head()) != op.parts.end();
     for (auto it = op.recompute.rbegin(); it != op.recompute.rend(); ++it) {
       auto pos = std::find(op.parts.begin(), op.parts.end(), *it);
       HP_CHECK(pos != op.parts.end(), "Model: op '{}' recomputes {}, which it does not run",
                op_str(op), it->str());
       const bool keep_gu = last_post != op.recompute.end() && *it == *last_post;
-      forward(*it, ctx[static_cast<size_t>(pos - op.parts.begin())], true,
-              std::next(it) != op.recompute.rend(), keep_gu);
+      const bool read_later =
+          std::next(it) != op.recompute.rend() || (head_in_op && *it == Part::post(L));
+      forward(*it, ctx[static_cast<size_t>(pos - op.parts.begin())], true, read_later, keep_gu);
     }
     const bool split = op.dir == Dir::kI;
     for (size_t i = 0; i < n; ++i) backward(op.parts[i], ctx[i], split);

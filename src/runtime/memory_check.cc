@@ -91,9 +91,11 @@ int64_t working_bytes(const ModelConfig& cfg, const std::set<PartKind>& kinds, R
   int64_t rebuilt = 0;
   if (recompute != Recompute::kNone && (layer || kinds.count(PartKind::kPost))) {
     const PartContext ctx;
-    for (Part p : {Part::pre(1), Part::attn(1), Part::post(1)})
+    for (Part p : {Part::pre(1), Part::attn(1), Part::post(1)}) {
+      if (recompute == Recompute::kSelective && p.kind != PartKind::kAttn) continue;
       rebuilt += values_bytes(forward_stash(p, ctx, static_cast<int>(cfg.layers)), cfg, T, eb,
                               static_cast<int>(tp));
+    }
   }
   const int64_t in_flight = 4 * (T / tp) * h * e;
   return ws + rebuilt + in_flight;

@@ -108,6 +108,8 @@ const char* recompute_str(Recompute r) {
     case Recompute::kNone: return "none";
     case Recompute::kFull: return "full";
     case Recompute::kNoAttn: return "no-attn";
+    case Recompute::kSelective:
+      return "selective";
   }
   return "?";
 }
@@ -116,7 +118,8 @@ Recompute parse_recompute(std::string_view t) {
   if (t == "none") return Recompute::kNone;
   if (t == "full") return Recompute::kFull;
   if (t == "no-attn") return Recompute::kNoAttn;
-  fail("bad recomputation policy '{}': expected none, full or no-attn", t);
+  if (t == "selective") return Recompute::kSelective;
+  fail("bad recomputation policy '{}': expected none, full, no-attn or selective", t);
 }
 
 const char* transfer_str(TransferMode t) {
@@ -139,12 +142,33 @@ const char* op_kind_str(OpKind k) {
 
 std::vector<Part> recompute_parts(const ComputeOp& op, Recompute policy) {
   std::vector<Part> out;
-  if (op.dir == Dir::kF || op.dir == Dir::kW || policy == Recompute::kNone) return out;
-  for (const Part& p : op.parts) {
-    if (policy == Recompute::kNoAttn && p.kind == PartKind::kAttn) continue;
-    out.push_back(p);
-  }
+  if (op.dir == Dir::kF || op.dir == Dir::kW) return out;
+  for (const Part& p : op.parts)
+    if (recomputes(policy, p.kind)) out.push_back(p);
   return out;
+}
+
+std::vector<std::string> recompute_policy_names() {
+  std::vector<std::string> names;
+  for (Recompute r : kAllRecompute) names.emplace_back(recompute_str(r));
+  return names;
+}
+
+bool recomputes(Recompute policy, PartKind kind) {
+  // The head is never rerun: its forward leaves two floats per token (rstdf, lsece) for its
+  // backward, which recomputes the logits block by block anyway; rerunning it would only redo the
+  // T x vocab logits GEMM.
+  switch (policy) {
+    case Recompute::kNone:
+      return false;
+    case Recompute::kFull:
+      return kind != PartKind::kHead;
+    case Recompute::kNoAttn:
+      return kind != PartKind::kAttn && kind != PartKind::kHead;
+    case Recompute::kSelective:
+      return kind == PartKind::kAttn;
+  }
+  return false;
 }
 
 std::string recompute_label(const Schedule& s) {

@@ -79,10 +79,18 @@ class PartTable {
 
 // none: keep every activation a backward needs. full: an op keeps only its inputs and recomputes
 // its whole forward. no-attn (HelixPipe): like full, but attention keeps its output and
-// log-sum-exp so core attention is never recomputed (see docs/memory.md).
-enum class Recompute : uint8_t { kNone, kFull, kNoAttn };
-const char* recompute_str(Recompute r);  // "none", "full", "no-attn"
+// log-sum-exp so core attention is never recomputed. selective (Megatron-LM's default selective
+// granularity, which recomputes the attention core): the opposite of no-attn: attention keeps only
+// its inputs and reruns its forward in the backward, every other part keeps what none keeps
+// (see docs/memory.md).
+enum class Recompute : uint8_t { kNone, kFull, kNoAttn, kSelective };
+inline constexpr Recompute kAllRecompute[] = {Recompute::kNone, Recompute::kFull,
+                                              Recompute::kNoAttn, Recompute::kSelective};
+const char* recompute_str(Recompute r);  // "none", "full", "no-attn", "selective"
 Recompute parse_recompute(std::string_view text);
+std::vector<std::string> recompute_policy_names();  // of kAllRecompute, for flag checks
+// Whether a backward under `policy` reruns the forward of a part of `kind` (recompute_parts).
+bool recomputes(Recompute policy, PartKind kind);
 
 // How attention reaches W_qkv when it runs away from pre(l)'s stage (docs/design.md section 6):
 // weights = ship W_qkv with {A, R} and ship dW_qkv back; activations = pre(l) applies W_qkv and

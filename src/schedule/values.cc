@@ -198,7 +198,9 @@ std::vector<Value> backward_outputs(Part part, const PartContext& ctx, int layer
 std::vector<Value> forward_stash(Part part, const PartContext& ctx, int layers) {
   const int l = part.layer;
   const bool act = ctx.transfer == TransferMode::kActivations;
-  if (ctx.policy == Recompute::kNone) {
+  if (ctx.policy == Recompute::kNone ||
+      (ctx.policy == Recompute::kSelective && part.kind != PartKind::kAttn)) {
+    // none, and selective's parts other than attention: everything their backward reads
     switch (part.kind) {
       case PartKind::kEmbed: return {};
       case PartKind::kPre:
@@ -218,8 +220,16 @@ std::vector<Value> forward_stash(Part part, const PartContext& ctx, int layers) 
         return {v(ValueKind::kX, layers + 1), v(ValueKind::kRstdF), v(ValueKind::kLseCE)};
     }
   }
+  if (ctx.policy == Recompute::kSelective) {  // attention: its inputs; O and lse are rebuilt
+    std::vector<Value> keep{act ? v(ValueKind::kQKV, l) : v(ValueKind::kA, l)};
+    if (weights_remote(ctx)) keep.push_back(v(ValueKind::kW, l));
+    return keep;
+  }
   std::vector<Value> s;
   if (ctx.first_in_op) s = boundary(part, ctx, layers);
+  // full and no-attn do not rerun the head (ir.h recomputes): it keeps its statistics, and X:L+1
+  // comes back from post:L's recomputation when post:L shares its op.
+  if (part.kind == PartKind::kHead) add_unique(s, {v(ValueKind::kRstdF), v(ValueKind::kLseCE)});
   if (ctx.policy == Recompute::kNoAttn && part.kind == PartKind::kAttn) {
     std::vector<Value> keep;
     keep.push_back(act ? v(ValueKind::kQKV, l) : v(ValueKind::kA, l));

@@ -32,7 +32,8 @@ namespace hp {
 struct AdaPipeTable {
   int stages = 0, layers = 0;
   // The policies to choose from; among equally fast ones the earlier wins.
-  std::vector<Recompute> policies = {Recompute::kNone, Recompute::kNoAttn, Recompute::kFull};
+  std::vector<Recompute> policies = {Recompute::kNone, Recompute::kNoAttn, Recompute::kSelective,
+                                     Recompute::kFull};
   std::function<double(int stage, int layers, Recompute policy)> time;    // T(i, n, r), seconds
   std::function<double(int stage, int layers, Recompute policy)> memory;  // M(i, n, r), bytes
   double memory_limit = 0;  // bytes per device; <= 0: no limit

@@ -1,10 +1,13 @@
 #include "sim/compare.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "sim/adapipe.h"
 #include "sim/weipipe.h"
 #include "util/error.h"
+#include "util/human_units.h"
 
 namespace hp {
 
@@ -26,6 +29,12 @@ Comparison compare_schedules(const CostSetup& c, int stages, int microbatches, i
   };
   add("gpipe", "gpipe", 1, 1);
   add("1f1b", "1f1b", 1, 1);
+  if (!c.recompute) {  // 1F1B as the reference code and Megatron-LM run it (ir.h Recompute)
+    add("1f1b no-attn", "1f1b", 1, 1);
+    cmp.entries.back().spec.recompute = Recompute::kNoAttn;
+    add("1f1b selective", "1f1b", 1, 1);
+    cmp.entries.back().spec.recompute = Recompute::kSelective;
+  }
   add("interleaved V=2", "interleaved", 1, 2);
   add("zb1p", "zb1p", 1, 1);
   add("weipipe", "weipipe", 1, 1);  // not a generator: sim/weipipe.h replays its ring
@@ -124,6 +133,59 @@ nlohmann::json comparison_json(const Comparison& cmp, const CostSetup& c) {
     results.push_back(std::move(j));
   }
   out["results"] = std::move(results);
+  return out;
+}
+
+std::string comparison_text(const Comparison& cmp, const CostSetup& c) {
+  std::string out;
+  const Layout& lay = c.layout;
+  const double base = cmp.base, memory_limit = cmp.memory_limit;
+  out += fmt::format(
+      "costs: {}   p={} m={} L={}{}\n\n", c.cost.source(), cmp.stages, cmp.microbatches, cmp.layers,
+      lay.tp > 1 || lay.dp > 1
+          ? "   layout " + Layout{lay.tp, cmp.stages, lay.dp}.str() + " (stash and memory per GPU)"
+          : "");
+  out += fmt::format("{:<16} {:<9} {:>11} {:>13} {:>7} {:>8} {:>6} {:>12} {:>12} {:>12}\n",
+                     "schedule", "recomp", "iteration", "tokens/s", "vs 1f1b", "bubble", "MFU",
+                     "stash max", "stash min", "mem/GPU");
+  int over = 0;
+  for (const CompareEntry& e : cmp.entries) {
+    if (!e.run) {
+      out += fmt::format("{:<16} n/a: {}\n", e.label, e.error);
+      continue;
+    }
+    const SimResult& r = e.run->result;
+    int64_t mx = 0, mn = INT64_MAX;
+    for (const auto& st : r.stages) {
+      mx = std::max(mx, st.peak_activation_bytes);
+      mn = std::min(mn, st.peak_activation_bytes);
+    }
+    over += e.fits ? 0 : 1;
+    out += fmt::format(
+        "{:<16} {:<9} {:>11} {:>13} {:>7} {:>7.1f}% {:>5.1f}% {:>12} {:>12} {:>12}{}\n", e.label,
+        recompute_label(e.run->schedule), human_seconds(e.iteration),
+        e.tokens_per_s > 0 ? fmt::format("{:.1f}", e.tokens_per_s) : "-",
+        base > 0 ? fmt::format("{:.3f}", base / e.iteration) : "-", 100 * r.bubble_fraction,
+        100 * r.mfu * r.makespan / e.iteration,
+        c.model ? human_bytes(static_cast<double>(mx)) : "-",
+        c.model ? human_bytes(static_cast<double>(mn)) : "-",
+        e.memory ? human_bytes(e.memory->total()) : "-", e.fits ? "" : "  DOES NOT FIT");
+  }
+  if (over > 0)
+    out += fmt::format(
+        "\nDOES NOT FIT: {} of the rows need more than the {} of {} per GPU; their times "
+        "are what the run would take with enough memory\n",
+        over, human_bytes(memory_limit), c.device->name);
+  if (c.model) {
+    out += fmt::format("\npeak activation stash per stage:\n");
+    for (const CompareEntry& e : cmp.entries) {
+      if (!e.run) continue;
+      out += fmt::format("  {:<16}", e.label);
+      for (const auto& st : e.run->result.stages)
+        out += fmt::format(" {:>10}", human_bytes(static_cast<double>(st.peak_activation_bytes)));
+      out += fmt::format("\n");
+    }
+  }
   return out;
 }
 

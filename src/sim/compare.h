@@ -1,4 +1,5 @@
-// Every schedule (gpipe, 1f1b, interleaved V=2, zb1p, weipipe, adapipe, helix F=1, helix F=2)
+// Every schedule (gpipe, 1f1b with none, no-attn and selective recomputation, interleaved V=2,
+// zb1p, weipipe, adapipe, helix F=1, helix F=2)
 // simulated on one cost setup (weipipe: sim/weipipe.h's ring; adapipe: 1F1B with the layer split
 // and per-stage recomputation of sim/adapipe.h, searched for the device's memory), with the DP
 // all-reduce, the iteration, tokens/s and (with a model and a device) the memory per GPU and
@@ -41,5 +42,8 @@ Comparison compare_schedules(const CostSetup& c, int stages, int microbatches, i
 
 // The JSON document of `compare --format=json` (version 1).
 nlohmann::json comparison_json(const Comparison& cmp, const CostSetup& c);
+// The same as `helixpipe compare` prints it: one line per row (or why it cannot run), rows that
+// do not fit marked, then each row's peak stash per stage.
+std::string comparison_text(const Comparison& cmp, const CostSetup& c);
 
 }  // namespace hp

@@ -74,7 +74,8 @@ void CostModel::set_links(LinkProfile intra, LinkProfile inter, int stages_per_n
 double CostModel::op_time(const ComputeOp& op, Recompute policy) const {
   double t = 0;
   for (const Part& p : op.parts) {
-    t += part_time(p, op.dir);
+    if (!(head_in_backward_ && p.kind == PartKind::kHead && op.dir == Dir::kF))
+      t += part_time(p, op.dir);
     if (policy == Recompute::kNoAttn && p.kind == PartKind::kAttn &&
         (op.dir == Dir::kB || op.dir == Dir::kI))
       t += attn_recompute_f_;
@@ -85,7 +86,12 @@ double CostModel::op_time(const ComputeOp& op, Recompute policy) const {
 
 double CostModel::op_flops(const ComputeOp& op) const {
   double f = 0;
-  for (const Part& p : op.parts) f += flops_.at(p.kind, op.dir);
+  for (const Part& p : op.parts) {
+    const bool moved = head_in_backward_ && p.kind == PartKind::kHead;
+    if (!(moved && op.dir == Dir::kF)) f += flops_.at(p.kind, op.dir);
+    // Model FLOPs stay the model's: the moved head's forward counts in its backward.
+    if (moved && (op.dir == Dir::kB || op.dir == Dir::kI)) f += flops_.at(p.kind, Dir::kF);
+  }
   return f;
 }
 

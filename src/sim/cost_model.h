@@ -41,7 +41,8 @@ class CostModel {
   double part_time(Part part, Dir dir) const { return part_time(part.kind, dir); }
   double part_time(PartKind kind, Dir dir) const;
   // Seconds for a compute op: its parts in `op.dir`, plus the forward of op.recompute, plus
-  // attention's internal QKV(+rotary) recompute when `policy` is no-attn (docs/memory.md).
+  // attention's internal QKV(+rotary) recompute when `policy` is no-attn (docs/memory.md); no
+  // head forward under set_head_in_backward.
   double op_time(const ComputeOp& op, Recompute policy) const;
   // Model FLOPs of an op (no recomputation), for MFU; 0 when the model is not FLOP-based.
   double op_flops(const ComputeOp& op) const;
@@ -68,6 +69,13 @@ class CostModel {
   double attn_recompute_time() const { return attn_recompute_f_; }
   // Tensor parallelism splits each op's FLOPs over t devices: scales the model FLOPs by `factor`.
   void scale_flops(double factor);
+  // Where the LM head's forward (final norm, logits, loss) runs. false (helixpipe's runtime): in
+  // the F op that holds the head, which keeps the log-sum-exp; its backward recomputes the logits
+  // block by block. true (the reference code): in the head's backward, whose logits pass then
+  // serves both the loss and the gradient, so the head's F costs nothing and its backward what
+  // it costs here (docs/simulator.md "LM head placement").
+  void set_head_in_backward(bool on) { head_in_backward_ = on; }
+  bool head_in_backward() const { return head_in_backward_; }
 
   // The part-cost JSON shape (so a derived model can be saved, edited and fed back).
   nlohmann::json to_json() const;
@@ -76,6 +84,7 @@ class CostModel {
   PartTable time_;   // seconds per part kind and direction
   PartTable flops_;  // model FLOPs, likewise
   double attn_recompute_f_ = 0;  // attention's own QKV/rotary recompute under no-attn
+  bool head_in_backward_ = false;
   LinkProfile intra_, inter_;
   int stages_per_node_ = 1 << 30;  // all stages on one node unless told
   double peak_flops_ = 0;

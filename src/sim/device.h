@@ -50,8 +50,8 @@ struct DeviceProfile {
   static DeviceProfile from_json(const nlohmann::json& j, const std::string& where);
 };
 
-// A built-in profile by name (h20, a800, h100, h200, cpu), or a JSON file when `name` ends in
-// ".json" or names an existing file. Throws hp::Error listing the valid names.
+// A built-in profile by name (h20, a800, a800-2nic, h100, h200, cpu), or a JSON file when `name`
+// ends in ".json" or names an existing file. Throws hp::Error listing the valid names.
 const DeviceProfile& device_profile(std::string_view name);
 // Names of the built-in profiles, in a stable order.
 std::vector<std::string> device_profile_names();

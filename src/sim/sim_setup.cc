@@ -59,6 +59,7 @@ CostSetup build_cost(const CostSpec& f) {
     c.cost = CostModel::from_part_costs(j, f.part_costs);
     if (c.tokens_per_mb > 0) c.cost.set_tokens_per_microbatch(c.tokens_per_mb);
   }
+  c.cost.set_head_in_backward(f.head_in_backward);
   return c;
 }
 

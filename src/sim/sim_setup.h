@@ -32,6 +32,7 @@ struct CostSpec {
   std::string transfer = "weights";
   bool eager = false;            // eager sends instead of rendezvous
   bool shared_nic = false;       // a stage's inter-node messages share one port
+  bool head_in_backward = false;  // the LM head's forward merged into its backward (CostModel)
   int tp = 1;                    // tensor parallelism (with sequence parallelism) per stage
   int dp = 1;                    // data-parallel pipelines
 };

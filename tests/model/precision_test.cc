@@ -98,7 +98,7 @@ TEST(Bf16Model, LossAndGradientsAgreeWithFp32) {
 TEST(Bf16Model, EverySplitGivesBitwiseTheSameResult) {
   const ModelConfig cfg = config();
   auto be = make_reference_backend();
-  for (Recompute policy : {Recompute::kNone, Recompute::kFull, Recompute::kNoAttn})
+  for (Recompute policy : kAllRecompute)
     for (TransferMode tr : {TransferMode::kWeights, TransferMode::kActivations}) {
       const StepOptions so{policy, tr};
       const Result whole = run(*be, cfg, Precision::bf16(), so);

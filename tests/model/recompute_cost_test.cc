@@ -20,13 +20,24 @@ class CountingKernels : public test::ForwardingKernels {
     if (on) flops += 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
     ForwardingKernels::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
+  void attention_forward(const AttnShape& sh, ConstDataPtr q, ConstDataPtr k, ConstDataPtr v,
+                         DataPtr o, DataPtr lse) override {
+    if (on) ++attn_forwards;
+    ForwardingKernels::attention_forward(sh, q, k, v, o, lse);
+  }
   bool on = false;
   double flops = 0;
+  int attn_forwards = 0;
+};
+
+struct OpWork {
+  std::vector<double> flops;       // GEMM FLOPs of each op's I
+  std::vector<int> attn_forwards;  // attention forward calls in each op's I
 };
 
 // GEMM FLOPs of the I op of each op in `ops` (one micro-batch, split backward) under `policy`.
-std::vector<double> i_op_flops(const ModelConfig& cfg, const std::vector<std::vector<Part>>& ops,
-                               Recompute policy, int64_t S) {
+OpWork i_op_work(const ModelConfig& cfg, const std::vector<std::vector<Part>>& ops,
+                 Recompute policy, int64_t S) {
   auto ref = make_reference_backend();
   CountingKernels k(ref->kernels());
   test::ForwardingBackend be(*ref, k);
@@ -43,14 +54,16 @@ std::vector<double> i_op_flops(const ModelConfig& cfg, const std::vector<std::ve
     ComputeOp op = test::make_op(Dir::kF, 0, parts, policy);
     model.run(op, test::contexts(op, r), store, b);
   }
-  std::vector<double> out(ops.size(), 0.0);
+  OpWork out{std::vector<double>(ops.size(), 0.0), std::vector<int>(ops.size(), 0)};
   for (size_t i = ops.size(); i-- > 0;) {
     ComputeOp iop = test::make_op(Dir::kI, 0, ops[i], policy);
     k.flops = 0;
+    k.attn_forwards = 0;
     k.on = true;
     model.run(iop, test::contexts(iop, r), store, b);
     k.on = false;
-    out[i] = k.flops;
+    out.flops[i] = k.flops;
+    out.attn_forwards[i] = k.attn_forwards;
     ComputeOp wop = test::make_op(Dir::kW, 0, ops[i], policy);
     model.run(wop, test::contexts(wop, r), store, b);
   }
@@ -65,8 +78,10 @@ TEST(RecomputeCost, NoAttnRedoesOnlyTheForwardTheBackwardNeeds) {
   // [embed pre:1 attn:1] [post:1 pre:2] [attn:2] [post:2] [head]: post:1 is followed by a
   // recomputed pre:2 (which reads X:2), post:2 is the last recomputed part of its op.
   const auto ops = test::split_parts(2, {3, 5, 6, 7});
-  const auto none = i_op_flops(cfg, ops, Recompute::kNone, S);
-  const auto noattn = i_op_flops(cfg, ops, Recompute::kNoAttn, S);
+  const auto none = i_op_work(cfg, ops, Recompute::kNone, S).flops;
+  const OpWork noattn_work = i_op_work(cfg, ops, Recompute::kNoAttn, S);
+  const auto& noattn = noattn_work.flops;
+  EXPECT_EQ(noattn_work.attn_forwards, std::vector<int>(5, 0));  // attention is never rerun
   const double T = static_cast<double>(S), h = static_cast<double>(cfg.hidden),
                f = static_cast<double>(cfg.intermediate);
   const double wo = 2 * T * h * h, gate_up = 2 * 2 * T * h * f, down = 2 * T * f * h;
@@ -74,6 +89,26 @@ TEST(RecomputeCost, NoAttnRedoesOnlyTheForwardTheBackwardNeeds) {
   EXPECT_DOUBLE_EQ(noattn[1] - none[1], wo + gate_up + down);
   // post:2 alone: W_o and G, U; the down projection (X:3, read by nobody) is skipped.
   EXPECT_DOUBLE_EQ(noattn[3] - none[3], wo + gate_up);
+  // head alone: not rerun; it kept rstdf and lsece, and its backward's logits pass is its only one.
+  EXPECT_DOUBLE_EQ(noattn[4], none[4]);
+}
+
+// Megatron-LM's selective recomputation, the other way round: only attention is rerun in the
+// backward, once per layer, and in weights mode with it the W_qkv projection the attn part owns
+// (2*T*h*q); every other part's backward does exactly the work it does without recomputation.
+TEST(RecomputeCost, SelectiveRedoesOnlyTheAttention) {
+  ModelConfig cfg = test::tiny_config();
+  cfg.layers = 2;
+  const int64_t S = 10;
+  const auto ops = test::split_parts(2, {3, 5, 6, 7});  // as above: attn:1 in op 0, attn:2 in op 2
+  const auto none = i_op_work(cfg, ops, Recompute::kNone, S);
+  const auto sel = i_op_work(cfg, ops, Recompute::kSelective, S);
+  EXPECT_EQ(none.attn_forwards, std::vector<int>(5, 0));
+  EXPECT_EQ(sel.attn_forwards, (std::vector<int>{1, 0, 1, 0, 0}));
+  const double qkv = 2.0 * S * cfg.hidden * cfg.qkv_dim();
+  EXPECT_DOUBLE_EQ(sel.flops[0] - none.flops[0], qkv);
+  EXPECT_DOUBLE_EQ(sel.flops[2] - none.flops[2], qkv);
+  for (int i : {1, 3, 4}) EXPECT_DOUBLE_EQ(sel.flops[i], none.flops[i]) << "op " << i;
 }
 
 }  // namespace

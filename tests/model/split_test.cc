@@ -81,7 +81,7 @@ TEST_F(SplitTest, EverySplitPolicyAndModeMatchesTheSingleOpRunBitwise) {
     int runs = 0;
     for (const auto& cuts : all_cuts(static_cast<int>(cfg_.layers))) {
       const auto ops = test::split_parts(static_cast<int>(cfg_.layers), cuts);
-      for (Recompute pol : {Recompute::kNone, Recompute::kFull, Recompute::kNoAttn})
+      for (Recompute pol : kAllRecompute)
         for (TransferMode tr : {TransferMode::kWeights, TransferMode::kActivations})
           for (bool split : {false, true})
             for (bool remote : {false, true}) {
@@ -99,7 +99,7 @@ TEST_F(SplitTest, EverySplitPolicyAndModeMatchesTheSingleOpRunBitwise) {
               ++runs;
             }
     }
-    EXPECT_EQ(runs, 128 * 3 * 2 * 4 - 128 * 3);
+    EXPECT_EQ(runs, 128 * 4 * 2 * 4 - 128 * 4);
   }
 }
 
@@ -109,7 +109,7 @@ TEST_F(SplitTest, StashEqualsThePromisedValues) {
   const int L = static_cast<int>(cfg_.layers);
   for (const auto& cuts : all_cuts(L)) {
     const auto ops = test::split_parts(L, cuts);
-    for (Recompute pol : {Recompute::kNone, Recompute::kFull, Recompute::kNoAttn})
+    for (Recompute pol : kAllRecompute)
       for (TransferMode tr : {TransferMode::kWeights, TransferMode::kActivations})
         for (bool remote : {false, true}) {
           test::SplitRun r{pol, tr, false, remote};
@@ -148,9 +148,10 @@ TEST_F(SplitTest, NoAttnStashPerLayerIsAPlusOPlusX) {
   run_one(test::split_parts(L, cuts), test::SplitRun{Recompute::kNoAttn, TransferMode::kWeights},
           0, &got);
   const int64_t T = B * S, h = cfg_.hidden;
-  // per layer: X:l (pre keeps its input), A, O, lse (attn), X:l again is the same value; head X:L+1.
+  // per layer: X:l (pre keeps its input), A, O, lse (attn), X:l again is the same value; head X:L+1
+  // and, never rerun, rstdf and lsece.
   const int64_t per_layer = (3 * T * h + cfg_.heads * T) * 4;
-  EXPECT_EQ(got, L * per_layer + T * h * 4);
+  EXPECT_EQ(got, L * per_layer + (T * h + 2 * T) * 4);
 }
 
 TEST(ValueStoreTest, MarksAndPeaks) {

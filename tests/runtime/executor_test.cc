@@ -129,11 +129,10 @@ TEST_P(ExecutorRun, LossAndGradientsMatchOneProcessAndStashMatchesValidator) {
 
 std::vector<Case> cases() {
   std::vector<Case> v;
-  const Recompute policies[] = {Recompute::kNone, Recompute::kFull, Recompute::kNoAttn};
   for (int P : {1, 2, 3, 4}) {
     const int L = std::max(2, P);
     for (int M : {P, 2 * P + (P == 1 ? 1 : 0)}) {
-      for (Recompute r : policies) {
+      for (Recompute r : kAllRecompute) {
         v.push_back({"gpipe", P, M, L, 1, 1, r});
         v.push_back({"1f1b", P, M, L, 1, 1, r});
         v.push_back({"zb1p", P, M, L, 1, 1, r});

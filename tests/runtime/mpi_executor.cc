@@ -99,9 +99,8 @@ TEST(MpiExecutor, Gpipe4x1) { run_case({"gpipe", 4, 1, 3, 2, 1, 1, Recompute::kN
 TEST(MpiGrid, EverySchedulePolicyAndTwoM) {
   const int P = g_world->size();
   const int L = std::max(2, P);
-  const Recompute policies[] = {Recompute::kNone, Recompute::kFull, Recompute::kNoAttn};
   for (int M : {P, 2 * P}) {
-    for (Recompute r : policies) {
+    for (Recompute r : kAllRecompute) {
       SCOPED_TRACE(fmt::format("P={} M={} recompute={}", P, M, recompute_str(r)));
       run_case({"gpipe", 1, P, M, L, 1, 1, r});
       run_case({"1f1b", 1, P, M, L, 1, 1, r});

@@ -179,10 +179,11 @@ int compare_grid(const RunSetup& s, const std::vector<int>& groups,
 
 // The math, to rounding: fp64, weights far from their initialization, every combination.
 TEST(TensorParallelTest, GroupGivesTheSingleProcessGradientsToRoundingInFp64) {
-  const int cases = compare_grid(RunSetup{true}, {2, 4},
-                                 {Recompute::kNone, Recompute::kFull, Recompute::kNoAttn},
-                                 {false, true}, 1e-12);
-  EXPECT_EQ(cases, 48);
+  const int cases =
+      compare_grid(RunSetup{true}, {2, 4},
+                   {Recompute::kNone, Recompute::kFull, Recompute::kNoAttn, Recompute::kSelective},
+                   {false, true}, 1e-12);
+  EXPECT_EQ(cases, 64);
 }
 
 // What a user runs: fp32 on the CPU backend from the default initialization, within 1e-6 of the

@@ -95,7 +95,7 @@ TEST(TextIo, MinimalFilesInferTheHeader) {
           {"dir":"B","mb":0,"parts":["head","post:1","attn:1","pre:1","embed"]}]}]})"));
   EXPECT_EQ(j.recompute, Recompute::kNoAttn);  // helix's default
   EXPECT_EQ(j.stages[0].ops[1].recompute,
-            (std::vector<Part>{Part::head(), Part::post(1), Part::pre(1), Part::embed()}));
+            (std::vector<Part>{Part::post(1), Part::pre(1), Part::embed()}));
   EXPECT_TRUE(validate(j).ok());
 }
 
@@ -137,7 +137,7 @@ TEST(TextIo, ParseErrorsSayWhereAndWhatWasExpected) {
             "layers, folds, virtual, recompute, transfer), 'stage N', or an op 'F|B|I|W MB "
             "PART...'");
   EXPECT_EQ(error_of(head + "recompute some\n"),
-            "s.txt:2: bad recomputation policy 'some': expected none, full or no-attn");
+            "s.txt:2: bad recomputation policy 'some': expected none, full, no-attn or selective");
   EXPECT_EQ(error_of(head + "stages 0\n"), "s.txt:2: stages must be between 1 and 4096, got 0");
   EXPECT_EQ(error_of(head + "stage 0\nlayers 3\n"),
             "s.txt:3: header line 'layers' after the first 'stage' line; put it on top");

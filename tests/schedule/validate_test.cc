@@ -42,7 +42,7 @@ TEST(Validate, EveryGeneratorPassesOverAGrid) {
   int checked = 0;
   for (int p = 1; p <= 8; ++p) {
     for (int m : {1, p, 2 * p + 1, 4 * p}) {
-      for (Recompute rc : {Recompute::kNone, Recompute::kFull, Recompute::kNoAttn}) {
+      for (Recompute rc : kAllRecompute) {
         for (TransferMode t : {TransferMode::kWeights, TransferMode::kActivations}) {
           std::vector<std::tuple<std::string, int, int, int>> cases = {
               {"gpipe", 1, 1, p}, {"1f1b", 1, 1, p + 1}, {"zb1p", 1, 1, 2 * p},
@@ -194,9 +194,9 @@ TEST(Validate, RejectsAWrongRecomputeList) {
   s.stages[1].ops[2].recompute.push_back(Part::attn(2));
   ValidationReport r = validate(s);
   ASSERT_EQ(r.errors.size(), 1u) << all_errors(r);
-  EXPECT_EQ(r.errors[0], "stage 1 op 2 (B 0 head post:2 attn:2 pre:2): the op recomputes [head "
-                         "post:2 pre:2 attn:2] but recompute policy 'no-attn' means [head post:2 "
-                         "pre:2]");
+  EXPECT_EQ(r.errors[0],
+            "stage 1 op 2 (B 0 head post:2 attn:2 pre:2): the op recomputes [post:2 "
+            "pre:2 attn:2] but recompute policy 'no-attn' means [post:2 pre:2]");
 }
 
 TEST(Validate, RejectsALocalConsumerBeforeItsProducer) {
@@ -307,12 +307,15 @@ TEST(Stash, FullRecomputationKeepsOnlyChunkInputs) {
   ValidationReport r = validate(gen("1f1b", 4, 8, 8, 1, 1, Recompute::kFull), {&cfg, T});
   ASSERT_TRUE(r.ok()) << all_errors(r);
   EXPECT_EQ(r.peak_stash_bytes[0], 0);  // stage 0 starts at embed: tokens only
-  for (int i = 1; i < 4; ++i) EXPECT_EQ(r.peak_stash_bytes[i], (4 - i) * 4 * T * cfg.hidden);
+  // The last stage's head, never rerun, also keeps rstdf and lsece (2T) of its one micro-batch.
+  for (int i = 1; i < 4; ++i)
+    EXPECT_EQ(r.peak_stash_bytes[i], (4 - i) * 4 * T * cfg.hidden + (i == 3 ? 4 * 2 * T : 0));
 }
 
 TEST(Stash, HelixNoAttnMatchesTheDerivedFormulaOnEveryStage) {
   // m (L/p) (4 - 1/p) T h per stage, plus one lse per attention and one W:l copy per remote
-  // attention (docs/design.md section 7/8, docs/memory.md).
+  // attention (docs/design.md section 7/8, docs/memory.md); stage 0, the tail's, also the head's
+  // rstdf and lsece (2T) per micro-batch.
   const ModelConfig cfg = small_cfg();
   const int64_t T = 16, h = cfg.hidden, q = cfg.qkv_dim();
   for (auto [p, m, L, F] : std::vector<std::tuple<int, int, int, int>>{
@@ -324,7 +327,7 @@ TEST(Stash, HelixNoAttnMatchesTheDerivedFormulaOnEveryStage) {
     const int64_t lse = m * per_stage_layers * cfg.heads * T;
     const int64_t w = (m / p) * (p - 1) * per_stage_layers * q * h;
     for (int st = 0; st < p; ++st) {
-      EXPECT_EQ(r.peak_stash_bytes[st], 4 * (th + lse + w))
+      EXPECT_EQ(r.peak_stash_bytes[st], 4 * (th + lse + w + (st == 0 ? m * 2 * T : 0)))
           << "p=" << p << " m=" << m << " L=" << L << " F=" << F << " stage " << st;
     }
   }
@@ -340,10 +343,11 @@ TEST(Stash, HelixActivationsModeKeepsQKVInsteadOfAAndW) {
   // Per micro-batch and layer: attention keeps QKV, O, lse; post keeps X, O (O once when d = 0,
   // where attention also keeps X for post's recomputation as the op's first part).
   // Per stage (m = p: each offset once): (L/p) * [d=0: QKV + X + O + lse] + (p-1)(L/p) *
-  // [QKV + O + lse + X + O].
+  // [QKV + O + lse + X + O]; stage 0 also the head's rstdf and lsece for each micro-batch.
   const int64_t d0 = T * q + 2 * T * h + cfg.heads * T;
   const int64_t other = T * q + 3 * T * h + cfg.heads * T;
-  for (int st = 0; st < p; ++st) EXPECT_EQ(r.peak_stash_bytes[st], 4 * (d0 + (p - 1) * other));
+  for (int st = 0; st < p; ++st)
+    EXPECT_EQ(r.peak_stash_bytes[st], 4 * (d0 + (p - 1) * other + (st == 0 ? m * 2 * T : 0)));
 }
 
 TEST(Stash, ZeroBubbleKeepsAtMostPMicrobatchesInFlight) {

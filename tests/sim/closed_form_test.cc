@@ -154,14 +154,21 @@ TEST(ClosedForm, OneFOneBStashPerStage) {
   const int64_t T = 100, h = cfg.hidden, f = cfg.intermediate, q = cfg.qkv_dim(), H = cfg.heads;
   // recompute none, one layer: pre X rstd1; attn A QKVr O lse; post (O) Y rstd2 Z G U.
   const int64_t M = 5 * T * h + T * q + 2 * T * f + 2 * T + H * T;
+  // selective (Megatron-LM): attention keeps only its input A; QKVr and lse are rebuilt.
+  const int64_t M_selective = M - T * q - H * T;
   const int64_t head = T * h + 2 * T;  // X:L+1, rstdf, lsece on the last stage
   for (int p : {1, 2, 4, 8}) {
     for (int m : {1, 3, 8, 12}) {
-      Schedule s = generate(spec("1f1b", p, m, 8));
-      auto peaks = stash_peaks(s, cfg, T, 4);
-      for (int i = 0; i < p; ++i) {
-        int64_t want = std::min(m, p - i) * (8 / p) * M + (i == p - 1 ? head : 0);
-        EXPECT_EQ(peaks[i], 4 * want) << "p=" << p << " m=" << m << " stage " << i;
+      for (Recompute pol : {Recompute::kNone, Recompute::kSelective}) {
+        ScheduleSpec sp = spec("1f1b", p, m, 8);
+        sp.recompute = pol;
+        auto peaks = stash_peaks(generate(sp), cfg, T, 4);
+        const int64_t layer = pol == Recompute::kNone ? M : M_selective;
+        for (int i = 0; i < p; ++i) {
+          int64_t want = std::min(m, p - i) * (8 / p) * layer + (i == p - 1 ? head : 0);
+          EXPECT_EQ(peaks[i], 4 * want)
+              << recompute_str(pol) << " p=" << p << " m=" << m << " stage " << i;
+        }
       }
     }
   }
@@ -178,11 +185,13 @@ TEST(ClosedForm, HelixStashIsBalancedAndMatchesTheFormula) {
         auto peaks = stash_peaks(s, cfg, T, 2);
         // Per layer and micro-batch: A + O + lse at the attention stage, X + O at the post stage
         // (O once when they coincide, d = 0: 1 in p), W_qkv when attention is away from pre (d !=
-        // p-1): m V ((4 - 1/p) T h + heads T + (p-1)/p q h).
+        // p-1): m V ((4 - 1/p) T h + heads T + (p-1)/p q h). Stage 0 holds the tail, whose head
+        // keeps rstdf and lsece (2T) per micro-batch.
         const int64_t want = m * V * (4 * T * h + H * T) - (m / p) * V * T * h +
                              (m / p) * (p - 1) * V * q * h;
         for (int r = 0; r < p; ++r)
-          EXPECT_EQ(peaks[r], 2 * want) << "p=" << p << " F=" << F << " m=" << m << " stage " << r;
+          EXPECT_EQ(peaks[r], 2 * (want + (r == 0 ? m * 2 * T : 0)))
+              << "p=" << p << " F=" << F << " m=" << m << " stage " << r;
       }
     }
   }
@@ -200,7 +209,7 @@ TEST(StashPeaks, AgreeWithTheValidatorsStashTrace) {
   const ModelConfig cfg = small_gqa();
   int checked = 0;
   for (const char* name : {"gpipe", "1f1b", "interleaved", "zb1p", "helix"}) {
-    for (Recompute pol : {Recompute::kNone, Recompute::kFull, Recompute::kNoAttn}) {
+    for (Recompute pol : kAllRecompute) {
       for (TransferMode tm : {TransferMode::kWeights, TransferMode::kActivations}) {
         for (int p : {2, 4}) {
           ScheduleSpec sp = spec(name, p, 2 * p, 8, std::string(name) == "helix" ? 2 : 1);
@@ -221,7 +230,36 @@ TEST(StashPeaks, AgreeWithTheValidatorsStashTrace) {
       }
     }
   }
-  EXPECT_EQ(checked, 5 * 3 * 2 * 6);
+  EXPECT_EQ(checked, 5 * 4 * 2 * 6);
+}
+
+// The reference's head placement (CostModel::set_head_in_backward): the head's forward is merged
+// into its backward's logits pass, so the head's stage is m x head F less busy under every policy
+// and the others are untouched. By hand, 1F1B with p=2, m=2, L=2 (layers cost 1 per part and
+// direction, head F 3, I 1, W 1): stage 1 runs F 6 and B 8, makespan 37; with the head in the
+// backward F 3 and B 8: F0 3-6, B0 6-14, F1 14-17, B1 17-25, stage 0's B1 25-31: 31.
+TEST(ClosedForm, HeadInBackwardSavesTheHeadsForwardOnItsStage) {
+  CostModel c = uniform_layers(1, 1, 1);
+  c.set_part_time(PartKind::kHead, Dir::kF, 3);
+  c.set_part_time(PartKind::kHead, Dir::kI, 1);
+  c.set_part_time(PartKind::kHead, Dir::kW, 1);
+  CostModel moved = c;
+  moved.set_head_in_backward(true);
+  EXPECT_DOUBLE_EQ(run(spec("1f1b", 2, 2, 2), c).makespan, 37);
+  EXPECT_DOUBLE_EQ(run(spec("1f1b", 2, 2, 2), moved).makespan, 31);
+  for (Recompute pol : kAllRecompute) {
+    for (ScheduleSpec sp : {spec("1f1b", 4, 8, 8), spec("zb1p", 4, 8, 8), spec("helix", 4, 8, 8),
+                            spec("helix", 4, 8, 8, 2)}) {
+      sp.recompute = pol;
+      const SimResult a = run(sp, c), b = run(sp, moved);
+      ASSERT_EQ(a.stages.size(), b.stages.size());
+      for (size_t i = 0; i < a.stages.size(); ++i) {
+        const bool head = i == (sp.name == "helix" ? 0 : a.stages.size() - 1);
+        EXPECT_DOUBLE_EQ(a.stages[i].busy - (head ? 8 * 3 : 0), b.stages[i].busy)
+            << sp.name << " " << recompute_str(pol) << " stage " << i;
+      }
+    }
+  }
 }
 
 TEST(ClosedForm, StageTimeScaleStretchesOnlyThatStagesCompute) {

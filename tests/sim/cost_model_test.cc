@@ -40,7 +40,7 @@ TEST(DeviceProfile, BuiltinsLoadWithTheirSources) {
 TEST(DeviceProfile, UnknownNameListsValidOnes) {
   std::string msg = error_of([] { device_profile("h800"); });
   EXPECT_NE(msg.find("h800"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("a800, cpu, h100, h20, h200"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("a800-2nic, a800, cpu, h100, h20, h200"), std::string::npos) << msg;
 }
 
 TEST(DeviceProfile, LoadsAFileAndRejectsBadKeys) {
@@ -85,6 +85,8 @@ TEST(CostModel, PartCostsShapeAndOpTimes) {
   EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kFull), 36 + 4 + 10 + 1);
   op.recompute = recompute_parts(op, Recompute::kNoAttn);
   EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kNoAttn), 36 + 4 + 1);  // attn_recompute_F = 0
+  op.recompute = recompute_parts(op, Recompute::kSelective);        // attention's forward only
+  EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kSelective), 36 + 10);
   op.dir = Dir::kW;
   op.recompute.clear();
   EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kFull), 6 + 0 + 3);
@@ -93,6 +95,33 @@ TEST(CostModel, PartCostsShapeAndOpTimes) {
   CostModel back = CostModel::from_part_costs(c.to_json());
   EXPECT_DOUBLE_EQ(back.part_time(PartKind::kHead, Dir::kW), 9);
   EXPECT_DOUBLE_EQ(back.message_time(0, 1, 2000), 3e-3);
+}
+
+// The reference code computes logits and loss in the head's backward, whose logits pass serves
+// both: F of an op with the head then costs the other parts only, its backward what it always
+// costs. No policy reruns the head's forward (ir.h recomputes), so full recomputation adds post's
+// forward only, either way. Model FLOPs move with the forward.
+TEST(CostModel, HeadInBackwardDropsTheHeadsForward) {
+  auto j = nlohmann::json::parse(R"({"post":{"F":4,"I":5,"W":6}, "head":{"F":7,"I":8,"W":9}})");
+  CostModel c = CostModel::from_part_costs(j);
+  ComputeOp op;
+  op.parts = {Part::post(2), Part::head()};
+  for (bool moved : {false, true}) {
+    c.set_head_in_backward(moved);
+    op.dir = Dir::kF;
+    EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kNone), moved ? 4 : 4 + 7);
+    op.dir = Dir::kB;
+    EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kNone), 11 + 17);
+    op.dir = Dir::kI;
+    EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kNone), 5 + 8);
+    op.dir = Dir::kW;
+    EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kNone), 6 + 9);
+    op.dir = Dir::kB;
+    op.recompute = recompute_parts(op, Recompute::kFull);
+    EXPECT_EQ(op.recompute, std::vector<Part>{Part::post(2)});
+    EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kFull), 11 + 17 + 4);
+    op.recompute.clear();
+  }
 }
 
 TEST(CostModel, FreeLinksAndNodeMapping) {

@@ -85,11 +85,11 @@ TEST(SimSetup, UnitCostsChargeOneUnitPerLayerPartAndDirection) {
   }
 }
 
-TEST(Compare, RowsAreTheEightSchedulesWithIterationAndBase) {
+TEST(Compare, RowsAreTheTenSchedulesWithIterationAndBase) {
   const CostSetup c = build_cost(device_spec());
   const int L = static_cast<int>(c.model->layers);
   const Comparison cmp = compare_schedules(c, 2, 4, L);
-  ASSERT_EQ(cmp.entries.size(), 8u);  // adapipe runs 1F1B too, under its own label
+  ASSERT_EQ(cmp.entries.size(), 10u);  // 1F1B thrice (none, no-attn, selective) and in adapipe
   EXPECT_EQ(cmp.memory_limit, c.device->memory_bytes);
   for (const CompareEntry& e : cmp.entries) {
     ASSERT_TRUE(e.run.has_value()) << e.label << ": " << e.error;
@@ -102,7 +102,7 @@ TEST(Compare, RowsAreTheEightSchedulesWithIterationAndBase) {
     }
   }
   const nlohmann::json j = comparison_json(cmp, c);
-  ASSERT_EQ(j["results"].size(), 8u);
+  ASSERT_EQ(j["results"].size(), 10u);
   EXPECT_EQ(j["results"][1]["label"], "1f1b");
   EXPECT_DOUBLE_EQ(j["results"][1]["speedup_vs_1f1b"].get<double>(), 1.0);
 }
@@ -130,12 +130,15 @@ TEST(Plan, UsableMemoryIsTheFlagOrTheDevices) {
 TEST(Plan, CandidatesPerMicroBatchCount) {
   const Layout lay{1, 2, 1};
   const auto one = plan_candidates(lay, {2});
-  // gpipe, 1f1b, zb1p, weipipe and interleaved x {none, full}; adapipe (searched); helix F=1,2 x
-  // 2 transfers x 3 policies.
-  EXPECT_EQ(one.size(), 5u * 2 + 1 + 2 * 2 * 3);
+  // gpipe, 1f1b, zb1p, weipipe and interleaved x {none, selective, full}; adapipe (searched);
+  // helix F=1,2 x 2 transfers x 3 policies.
+  EXPECT_EQ(one.size(), 5u * 3 + 1 + 2 * 2 * 3);
   EXPECT_EQ(std::count_if(one.begin(), one.end(),
                           [](const PlanCase& c) { return c.schedule == "weipipe"; }),
-            2);
+            3);
+  EXPECT_EQ(std::count_if(one.begin(), one.end(),
+                          [](const PlanCase& c) { return c.recompute == Recompute::kSelective; }),
+            5);
   EXPECT_EQ(plan_candidates(lay, {2, 4, 8}).size(), 3 * one.size());
   for (const PlanCase& c : one) EXPECT_EQ(c.virtual_stages, c.schedule == "interleaved" ? 2 : 1);
 }
