@@ -108,8 +108,7 @@ const char* recompute_str(Recompute r) {
     case Recompute::kNone: return "none";
     case Recompute::kFull: return "full";
     case Recompute::kNoAttn: return "no-attn";
-    case Recompute::kSelective:
-      return "selective";
+    case Recompute::kSelective: return "selective";
   }
   return "?";
 }
@@ -159,14 +158,10 @@ bool recomputes(Recompute policy, PartKind kind) {
   // backward, which recomputes the logits block by block anyway; rerunning it would only redo the
   // T x vocab logits GEMM.
   switch (policy) {
-    case Recompute::kNone:
-      return false;
-    case Recompute::kFull:
-      return kind != PartKind::kHead;
-    case Recompute::kNoAttn:
-      return kind != PartKind::kAttn && kind != PartKind::kHead;
-    case Recompute::kSelective:
-      return kind == PartKind::kAttn;
+    case Recompute::kNone: return false;
+    case Recompute::kFull: return kind != PartKind::kHead;
+    case Recompute::kNoAttn: return kind != PartKind::kAttn && kind != PartKind::kHead;
+    case Recompute::kSelective: return kind == PartKind::kAttn;
   }
   return false;
 }

@@ -79,7 +79,8 @@ class PartTable {
 
 // none: keep every activation a backward needs. full: an op keeps only its inputs and recomputes
 // its whole forward. no-attn (HelixPipe): like full, but attention keeps its output and
-// log-sum-exp so core attention is never recomputed. selective (Megatron-LM's default selective
+// log-sum-exp so core attention is never recomputed. Neither reruns the head: it keeps its two
+// per-token statistics instead (recomputes()). selective (Megatron-LM's default selective
 // granularity, which recomputes the attention core): the opposite of no-attn: attention keeps only
 // its inputs and reruns its forward in the backward, every other part keeps what none keeps
 // (see docs/memory.md).
