@@ -220,23 +220,19 @@ std::vector<Value> forward_stash(Part part, const PartContext& ctx, int layers) 
         return {v(ValueKind::kX, layers + 1), v(ValueKind::kRstdF), v(ValueKind::kLseCE)};
     }
   }
-  if (ctx.policy == Recompute::kSelective) {  // attention: its inputs; O and lse are rebuilt
-    std::vector<Value> keep{act ? v(ValueKind::kQKV, l) : v(ValueKind::kA, l)};
-    if (weights_remote(ctx)) keep.push_back(v(ValueKind::kW, l));
-    return keep;
-  }
+  // What attention needs to rebuild its QKVr: A (or QKV in activations mode), and W:l if remote.
+  std::vector<Value> attn_inputs{act ? v(ValueKind::kQKV, l) : v(ValueKind::kA, l)};
+  if (weights_remote(ctx)) attn_inputs.push_back(v(ValueKind::kW, l));
+  if (ctx.policy == Recompute::kSelective) return attn_inputs;  // attention; O and lse rebuilt
   std::vector<Value> s;
   if (ctx.first_in_op) s = boundary(part, ctx, layers);
   // full and no-attn do not rerun the head (ir.h recomputes): it keeps its statistics, and X:L+1
   // comes back from post:L's recomputation when post:L shares its op.
   if (part.kind == PartKind::kHead) add_unique(s, {v(ValueKind::kRstdF), v(ValueKind::kLseCE)});
   if (ctx.policy == Recompute::kNoAttn && part.kind == PartKind::kAttn) {
-    std::vector<Value> keep;
-    keep.push_back(act ? v(ValueKind::kQKV, l) : v(ValueKind::kA, l));
-    if (weights_remote(ctx)) keep.push_back(v(ValueKind::kW, l));
-    keep.push_back(v(ValueKind::kO, l));
-    keep.push_back(v(ValueKind::kLse, l));
-    add_unique(s, keep);
+    attn_inputs.push_back(v(ValueKind::kO, l));
+    attn_inputs.push_back(v(ValueKind::kLse, l));
+    add_unique(s, attn_inputs);
   }
   return s;
 }

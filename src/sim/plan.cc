@@ -16,23 +16,28 @@ double usable_memory(const DeviceProfile& dev, double memory_gib) {
   return memory;
 }
 
+namespace {
+// The baselines' recomputation, Megatron-LM's choices: none, selective (attention rerun), full.
+constexpr Recompute kBaselinePolicies[] = {Recompute::kNone, Recompute::kSelective,
+                                           Recompute::kFull};
+}  // namespace
+
 std::vector<PlanCase> plan_candidates(const Layout& lay, const std::vector<int>& ms) {
   std::vector<PlanCase> out;
   for (int m : ms) {
     PlanCase c;
     c.layout = lay;
     c.microbatches = m;
-    // The baselines with Megatron-LM's choices: none, selective (attention rerun) and full.
     for (const char* name : {"gpipe", "1f1b", "zb1p", "weipipe"}) {
       c.schedule = name;
-      for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      for (Recompute r : kBaselinePolicies) {
         c.recompute = r;
         out.push_back(c);
       }
     }
     c.schedule = "interleaved";
     c.virtual_stages = 2;
-    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    for (Recompute r : kBaselinePolicies) {
       c.recompute = r;
       out.push_back(c);
     }
@@ -189,7 +194,7 @@ PlanResult best_fitting(const std::string& family, const ModelConfig& cfg, int64
     } else if (family == "adapipe") {
       cases.push_back(c);  // one case: the search inside evaluate() picks the recomputation
     } else {
-      for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      for (Recompute r : kBaselinePolicies) {
         c.recompute = r;
         cases.push_back(c);
       }
