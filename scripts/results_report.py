@@ -182,15 +182,19 @@ A("- **measured**: `mpirun -np 2 helixpipe bench`, the trainer's own executor on
   "step = the slower rank's wall time, median of the timed steps after one warm-up step; "
   "bubble = 1 - busy/total of the worse stage; comm wait = the longer time a stage sat blocked in "
   "a receive or send wait.")
+interleaved = any("core_passes" in r for r in bench.values())
 A("- **predicted**: `helixpipe simulate` on the part costs `helixpipe profile` measured at that s "
   "(same model, same kernels, both ranks busy). " +
-  ("Right before and right after each run every rank times one pass of the per-layer parts on its "
-   "own core; *core* is the mean of those two times over the profile's"
-   if any("core_after" in r for r in bench.values()) else
-   "Right before each run every rank times one pass of the per-layer parts on its own core; *core* "
-   "is that time over the profile's") +
-  ", and the prediction scales each stage's compute by it. Nothing measured during the run itself "
-  "enters the prediction.")
+  ("Before every timed step and after the last, every rank times its own one-layer model's parts "
+   "(one untimed pass, then the mean of three) on its core, all ranks at once; each part's time "
+   "over the profile's scales that part on that stage, each step is simulated with the passes on "
+   "either side of it, and the prediction is the median of those steps. *core* is the median "
+   "over the passes of pre + attn + post together (lowest-highest in brackets)."
+   if interleaved else
+   "Right before and right after each run every rank times one pass of the per-layer parts on its "
+   "own core; *core* is the mean of those two times over the profile's, and the prediction scales "
+   "each stage's compute by it.") +
+  " Nothing the timed steps measured enters the prediction.")
 A("- **replay**: the simulator given each stage's *measured* compute time (busy). Its error is what "
   "the schedule, bubble and communication model alone get wrong, with the core-speed noise removed.")
 A("- **stash**: bytes of values kept for a backward, per stage; the validator predicts them and "
@@ -220,6 +224,8 @@ if bench_seqs:
                 pr = r.get("predicted_step_s", 0)
                 rp = r.get("replay_step_s", 0)
                 core = "/".join(f"{v:.2f}" for v in r.get("stage_time_scale", [])) or "-"
+                if r.get("core_passes"):
+                    core += " (" + "/".join(f"{min(c):.2f}-{max(c):.2f}" for c in r["core_passes"]) + ")"
                 exact = " =" if r.get("stash_exact") else " (differs)"
                 A(f"| {l} | {r['recompute']} | {r['tokens_per_s']:.0f} | "
                   f"{r['tokens_per_s']/base['tokens_per_s']:.3f} | "

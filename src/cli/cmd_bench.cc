@@ -49,11 +49,13 @@ void print_header(const BenchRequest& f, int layers, const Precision& prec,
 }
 
 void print_prediction_legend() {
-  fmt::print("predicted: the simulator on the part costs, each stage's compute scaled by 'core'\n"
-             "  (its core's part time just before and after the run / the profile's); replay: the "
-             "simulator\n"
-             "  given each stage's measured compute time, so its error is the schedule, bubble\n"
-             "  and communication model alone. stash pred '=': equal to the measured bytes.\n");
+  fmt::print(
+      "predicted: the simulator on the part costs, each stage's parts scaled by its core's\n"
+      "  calibration (a pass of one layer's parts before every timed step and after the last,\n"
+      "  over the profile's; per part, the median of the passes; 'core' sums pre+attn+post);\n"
+      "  replay: the simulator given each stage's measured compute time, so its error is the\n"
+      "  schedule, bubble and communication model alone. stash pred '=': equal to the\n"
+      "  measured bytes.\n");
 }
 
 // One row of the table and its per-rank lines.
@@ -146,9 +148,9 @@ CLI::Option* add_bench_flags(CLI::App& app, BenchRequest& f) {
   app.add_option("--timeline-label", f.timeline_label, "which schedule the timeline shows")
       ->capture_default_str();
   app.add_flag("--calibrate,!--no-calibrate", f.calibrate,
-               "with --part-costs: time the parts once on every rank before and after each run\n"
-               "and scale each stage's predicted compute by its core's mean speed then against\n"
-               "the profile")
+               "with --part-costs: time one layer's parts on every rank before each timed step\n"
+               "and after the last, and scale each stage's predicted parts by its core's speed\n"
+               "then against the profile (per part, the median of the passes)")
       ->capture_default_str();
   app.add_option("--trace-dir", f.trace_dir,
                  "write each run's measured timeline here as a Chrome trace (Perfetto):\n"

@@ -128,34 +128,54 @@ void fill_ranks(BenchRow& x, const BenchRequest& r, const Measured& m,
   }
 }
 
-// The simulator's prediction for one measured run, added to the row: each stage's compute scaled
-// by its cores' calibration, and a replay given each stage's measured busy time, so that what is
-// left of the error is the schedule, bubble and communication model alone. With `measured_tl`,
-// writes the side-by-side timeline.
+// The simulator's prediction for one measured run, added to the row: with a calibration, every
+// timed step simulated with its stage's parts scaled by the passes around it, the prediction being
+// the median step (as the measured step is); and a replay given each stage's measured busy time, so
+// that what is left of the error is the schedule, bubble and communication model alone. With
+// `measured_tl`, writes the side-by-side timeline.
 void add_prediction(BenchRow& x, const ScheduleSpec& spec, const CostSetup& cost, const Measured& m,
-                    const CalibratedRun& run, const Timeline* measured_tl,
+                    const std::optional<Calibration>& cal, const Timeline* measured_tl,
                     const std::string& timeline_path) {
   BenchPrediction p;
-  p.scale = run.scale;
-  SimRun sr = simulate_spec(spec, cost, measured_tl != nullptr, run.scale);
+  nlohmann::json& row = x.json;
+  std::vector<PartTable> factors;  // the median step's, per stage (none: unscaled)
+  if (cal) {
+    p.scale = cal->scale;
+    nlohmann::json per_part = nlohmann::json::array();
+    for (size_t q = 0; q < cal->parts.size(); ++q) {
+      const auto [lo, hi] = std::minmax_element(cal->core[q].begin(), cal->core[q].end());
+      p.scale_range.emplace_back(*lo, *hi);
+      nlohmann::json f;
+      for (PartKind k : kPartKinds)
+        for (Dir d : kPartDirs) f[part_kind_str(k)][dir_str(d)] = cal->parts[q].at(k, d);
+      per_part.push_back(f);
+    }
+    for (const std::vector<PartTable>& step : cal->steps)
+      p.step_each_s.push_back(simulate_spec(spec, cost, false, {}, step).result.makespan);
+    factors = cal->steps[median_index(p.step_each_s)];
+    row["stage_time_scale"] = cal->scale;
+    row["core_passes"] = cal->core;
+    row["part_factors"] = per_part;
+    row["predicted_steps_s"] = p.step_each_s;
+  }
+  SimRun sr = simulate_spec(spec, cost, measured_tl != nullptr, {}, factors);
   std::vector<double> pbusy;
   for (const auto& s : sr.result.stages) {
     p.stash.push_back(s.peak_activation_bytes);
     pbusy.push_back(s.busy);
   }
-  nlohmann::json& row = x.json;
   row["predicted_busy_s"] = pbusy;
-  row["stage_time_scale"] = run.scale;
-  row["core_before"] = run.before;
-  row["core_after"] = run.after;
+  // The replay: each stage's compute scaled so that its busy time is the measured one.
+  const SimRun plain = cal ? simulate_spec(spec, cost, false) : sr;
   std::vector<double> replay_scale;
   for (size_t q = 0; q < m.stages.size(); ++q) {
-    const double unscaled = pbusy[q] / (run.scale.empty() ? 1.0 : run.scale[q]);
+    const double unscaled = plain.result.stages[q].busy;
     replay_scale.push_back(unscaled > 0 ? m.stages[q].busy_s / unscaled : 1.0);
   }
   p.replay_step_s = simulate_spec(spec, cost, false, replay_scale).result.makespan;
   row["replay_step_s"] = p.replay_step_s;
-  p.step_s = sr.result.makespan;
+  // The same statistic as the measured step's: the median over the steps.
+  p.step_s = cal ? median(p.step_each_s) : sr.result.makespan;
   p.bubble_fraction = sr.result.bubble_fraction;
   p.stash_exact = p.stash == x.stash;
   row["predicted_step_s"] = p.step_s;
@@ -289,7 +309,7 @@ nlohmann::json run_bench(Comm* world, const BenchRequest& r, const ModelConfig& 
           measured_tl->num_stages = r.stages;
           measured_tl->title = "measured: " + v->label + " (" + transport + ")";
         }
-        add_prediction(x, spec, *cost, m, run, measured_tl ? &*measured_tl : nullptr,
+        add_prediction(x, spec, *cost, m, run.cal, measured_tl ? &*measured_tl : nullptr,
                        r.timeline_path);
         timeline_written = timeline_written || want_tl;
       }

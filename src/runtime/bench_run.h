@@ -48,13 +48,16 @@ std::vector<std::optional<Recompute>> pick_bench_policies(const std::string& lis
 // The part costs for the predictions, with the stash and messages sized in `prec`.
 CostSetup bench_cost(const BenchRequest& r, const Precision& prec);
 
-// The simulator beside one measured run: each stage's compute scaled by its core's calibration,
-// and a replay given each stage's measured busy time.
+// The simulator beside one measured run: each stage's parts scaled by its core's calibration
+// (the median over the passes, per part kind and direction), and a replay given each stage's
+// measured busy time.
 struct BenchPrediction {
   double step_s = 0, bubble_fraction = 0, replay_step_s = 0;
-  std::vector<int64_t> stash;  // per stage
-  bool stash_exact = false;    // equal to the measured stash
-  std::vector<double> scale;   // per-stage compute scale (empty: not calibrated)
+  std::vector<double> step_each_s;  // per timed step, from the passes around it (calibrated)
+  std::vector<int64_t> stash;       // per stage
+  bool stash_exact = false;         // equal to the measured stash
+  std::vector<double> scale;        // per stage: the median core factor (empty: not calibrated)
+  std::vector<std::pair<double, double>> scale_range;  // per stage: its passes' lowest, highest
 };
 
 // One measured run, as numbers and as its JSON row (--out).

@@ -1,6 +1,8 @@
 #include "runtime/pipeline_bench.h"
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 
 #include "comm/local_comm.h"
 #include "kernels/backend.h"
@@ -11,6 +13,14 @@
 #include "util/timer.h"
 
 namespace hp {
+
+size_t median_index(const std::vector<double>& v) {
+  HP_CHECK(!v.empty(), "internal: median_index of nothing");
+  std::vector<size_t> idx(v.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
+  return idx[(idx.size() - 1) / 2];
+}
 
 LinkProfile measure_group_link(TpGroup& group, DType t, int64_t n, int repeats) {
   HP_CHECK(group.size() >= 2 && n >= 8 && repeats >= 1,
@@ -41,33 +51,54 @@ LinkProfile measure_group_link(TpGroup& group, DType t, int64_t n, int repeats) 
   return l;
 }
 
-Measured measure_pipeline(Comm& world, const Schedule& sch, const BenchSetup& b,
-                          bool want_timeline) {
+Measured measure_pipeline(Comm& world, const Schedule& sch, const BenchSetup& b, bool want_timeline,
+                          const std::function<void()>& between) {
   const int P = sch.num_stages, D = b.data_parallel, T = b.tensor_parallel;
   HP_CHECK(world.size() == D * P * T,
            "bench: {} ranks cannot hold {} replicas x {} stages x {} tensor ranks", world.size(), D,
            P, T);
+  HP_CHECK(b.steps >= 1, "bench: --steps must be >= 1 (got {})", b.steps);
   const int W = world.size(), me = world.rank();
   GridComms grid = split_grid(world, D, P, T);
   auto be = make_cpu_backend(b.threads);
   DistStage st(sch, grid, b.cfg, *be, 1, b.seq_len, ModelOptions{}, b.precision);
   st.params().init(1);
-  // Slots, summed over the world as a gather: [steps x W] step totals, then [W x kStats] the last
-  // step's numbers of every rank.
-  constexpr int kStats = 12;
-  std::vector<double> buf(static_cast<size_t>(b.steps * W + kStats * W), 0.0);
   Timeline tl;
   tl.num_stages = P;
-  DistStepResult last;
+  // Every timed step's result on this rank; its wall time, summed over the world as a gather,
+  // into [steps x W].
+  std::vector<DistStepResult> steps;
+  std::vector<double> totals(static_cast<size_t>(b.steps * W), 0.0);
   for (int r = 0; r <= b.steps; ++r) {
+    if (r > 0 && between) {
+      world.barrier();
+      between();
+    }
     ExecutorOptions eo;
     if (want_timeline && r == b.steps) eo.timeline = &tl;
     world.barrier();
     eo.time_origin = now_seconds();
     DistStepResult res = st.loss_and_grads(b.tokens->data(), b.targets->data(), eo);
-    if (r > 0) buf[static_cast<size_t>((r - 1) * W + me)] = res.stats.total_s;
-    last = res;
+    if (r == 0) continue;  // the warm-up step
+    totals[static_cast<size_t>((r - 1) * W + me)] = res.stats.total_s;
+    steps.push_back(std::move(res));
   }
+  if (between) {
+    world.barrier();
+    between();
+  }
+  world.allreduce_sum(totals.data(), static_cast<int64_t>(totals.size()));
+  Measured m;
+  for (int r = 0; r < b.steps; ++r) {
+    double t = 0;
+    for (int q = 0; q < W; ++q) t = std::max(t, totals[static_cast<size_t>(r * W + q)]);
+    m.step_s.push_back(t);
+  }
+  // The per-rank numbers below are the median step's (the same step on every rank).
+  m.median_step = static_cast<int>(median_index(m.step_s));
+  const DistStepResult& med = steps[static_cast<size_t>(m.median_step)];
+  constexpr int kStats = 12;  // [W x kStats], summed over the world as a gather
+  std::vector<double> buf(static_cast<size_t>(kStats * W), 0.0);
   const Precision& prec = st.params().precision();
   const int64_t param_bytes =
       st.params().size() * (2 * dtype_bytes(prec.master) +
@@ -76,7 +107,7 @@ Measured measure_pipeline(Comm& world, const Schedule& sch, const BenchSetup& b,
   // the transfer, the rest of this rank's time is waiting for the others to arrive.
   double transfer = 0, skew = 0;
   if (T > 1) {
-    const std::vector<double>& mine = last.tp.each;
+    const std::vector<double>& mine = med.tp.each;
     std::vector<double> all(mine.size() * static_cast<size_t>(T), 0.0);
     std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(mine.size() * grid.t));
     grid.tensor->allreduce_sum(all.data(), static_cast<int64_t>(all.size()));
@@ -87,15 +118,15 @@ Measured measure_pipeline(Comm& world, const Schedule& sch, const BenchSetup& b,
       skew += mine[i] - lo;
     }
   }
-  double* s = &buf[static_cast<size_t>(b.steps * W + kStats * me)];
-  s[0] = last.stats.total_s;
-  s[1] = last.stats.busy_s;
-  s[2] = last.stats.comm_wait_s;
-  s[3] = static_cast<double>(last.stats.peak_stash_bytes);
-  s[4] = static_cast<double>(last.stats.peak_bytes);
-  s[5] = static_cast<double>(last.tp.collectives);
-  s[6] = static_cast<double>(last.tp.bytes_sent);
-  s[7] = last.tp.seconds;
+  double* s = &buf[static_cast<size_t>(kStats * me)];
+  s[0] = med.stats.total_s;
+  s[1] = med.stats.busy_s;
+  s[2] = med.stats.comm_wait_s;
+  s[3] = static_cast<double>(med.stats.peak_stash_bytes);
+  s[4] = static_cast<double>(med.stats.peak_bytes);
+  s[5] = static_cast<double>(med.tp.collectives);
+  s[6] = static_cast<double>(med.tp.bytes_sent);
+  s[7] = med.tp.seconds;
   s[8] = static_cast<double>(param_bytes);
   s[9] = grid.p;
   s[10] = transfer;
@@ -103,15 +134,9 @@ Measured measure_pipeline(Comm& world, const Schedule& sch, const BenchSetup& b,
   world.allreduce_sum(buf.data(), static_cast<int64_t>(buf.size()));
   if (want_timeline) gather_timeline(*grid.pipeline, tl);
 
-  Measured m;
-  for (int r = 0; r < b.steps; ++r) {
-    double t = 0;
-    for (int q = 0; q < W; ++q) t = std::max(t, buf[static_cast<size_t>(r * W + q)]);
-    m.step_s.push_back(t);
-  }
   m.stages.resize(static_cast<size_t>(P));
   for (int q = 0; q < W; ++q) {
-    const double* x = &buf[static_cast<size_t>(b.steps * W + kStats * q)];
+    const double* x = &buf[static_cast<size_t>(kStats * q)];
     RankMeasured rm;
     rm.peak_store_bytes = static_cast<int64_t>(x[4]);
     rm.tp_collectives = static_cast<int64_t>(x[5]);
@@ -136,29 +161,90 @@ Measured measure_pipeline(Comm& world, const Schedule& sch, const BenchSetup& b,
   return m;
 }
 
-std::vector<double> calibrate_cores(Comm& world, const BenchSetup& b, const CostModel& cost) {
-  ProfileOptions po;
-  po.seq_len = b.seq_len;
-  po.threads = b.threads;
-  po.precision = b.precision;
-  po.warmup = 1;
-  po.repeats = 1;
-  po.layers = 1;
-  po.measure_attn_recompute = false;  // only F, I and W enter the factor
-  po.link_latency_s = 0;  // not measured here
-  po.link_bandwidth_Bps = 1;
-  const PartProfile pp = profile_parts(b.cfg, po);
+namespace {
+
+constexpr int kCells = 15;       // a PartTable: 5 part kinds x F, I, W
+constexpr int kTimedPasses = 3;  // per calibration point
+
+void put_cells(const PartTable& t, double* out) {
+  int i = 0;
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs) out[i++] = t.at(k, d);
+}
+
+PartTable get_cells(const double* in) {
+  PartTable t;
+  int i = 0;
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs) t.at(k, d) = in[i++];
+  return t;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// One pass's times over the part costs': per cell, and for the per-layer parts together.
+struct PassFactors {
+  PartTable cells;
+  double core = 0;
+};
+PassFactors pass_factors(const PartTable& measured, const CostModel& cost) {
+  PassFactors f;
   double mine = 0, ref = 0;
   for (PartKind k : {PartKind::kPre, PartKind::kAttn, PartKind::kPost})
     for (Dir d : kPartDirs) {
-      mine += pp.time.at(k, d);
+      mine += measured.at(k, d);
       ref += cost.part_time(k, d);
     }
   HP_CHECK(ref > 0, "bench: the part-cost file gives zero time for pre, attn and post");
-  std::vector<double> f(static_cast<size_t>(world.size()), 0.0);
-  f[static_cast<size_t>(world.rank())] = mine / ref;
-  world.allreduce_sum(f.data(), static_cast<int64_t>(f.size()));
+  f.core = mine / ref;
+  // A cell the part costs (or this pass) time as zero takes the pass's per-layer factor.
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs) {
+      const double r = cost.part_time(k, d), x = measured.at(k, d);
+      f.cells.at(k, d) = r > 0 && x > 0 ? x / r : f.core;
+    }
   return f;
+}
+
+}  // namespace
+
+Calibration calibrate(const std::vector<std::vector<PartTable>>& times, const CostModel& cost) {
+  HP_CHECK(times.size() >= 2, "internal: calibration needs >= 2 passes (got {})", times.size());
+  Calibration c;
+  const size_t passes = times.size(), P = times[0].size();
+  std::vector<std::vector<PassFactors>> f(passes);
+  for (size_t k = 0; k < passes; ++k) {
+    HP_CHECK(times[k].size() == P, "internal: calibration pass {} has {} stages, not {}", k,
+             times[k].size(), P);
+    for (const PartTable& t : times[k]) f[k].push_back(pass_factors(t, cost));
+  }
+  c.core.assign(P, {});
+  for (size_t q = 0; q < P; ++q) {
+    PartTable med;
+    for (PartKind kind : kPartKinds)
+      for (Dir d : kPartDirs) {
+        std::vector<double> v;
+        for (size_t k = 0; k < passes; ++k) v.push_back(f[k][q].cells.at(kind, d));
+        med.at(kind, d) = median_of(v);
+      }
+    c.parts.push_back(med);
+    for (size_t k = 0; k < passes; ++k) c.core[q].push_back(f[k][q].core);
+    c.scale.push_back(median_of(c.core[q]));
+  }
+  // Step k lies between passes k and k + 1: the mean of the two, cell by cell.
+  for (size_t k = 0; k + 1 < passes; ++k) {
+    std::vector<PartTable> step(P);
+    for (size_t q = 0; q < P; ++q)
+      for (PartKind kind : kPartKinds)
+        for (Dir d : kPartDirs)
+          step[q].at(kind, d) = 0.5 * (f[k][q].cells.at(kind, d) + f[k + 1][q].cells.at(kind, d));
+    c.steps.push_back(std::move(step));
+  }
+  return c;
 }
 
 CalibratedRun measure_calibrated(Comm* world, const Schedule& sch, const BenchSetup& b,
@@ -167,15 +253,48 @@ CalibratedRun measure_calibrated(Comm* world, const Schedule& sch, const BenchSe
   HP_CHECK(!cost || b.data_parallel * b.tensor_parallel == 1,
            "bench: core calibration runs one stage per rank; use --no-calibrate with "
            "--data-parallel or --tensor-parallel");
+  std::vector<std::vector<PartTable>> times;  // [pass][stage], rank 0's after the exchange
   auto run_on = [&](Comm& c) {
-    std::vector<double> f0, f1;
-    if (cost) f0 = calibrate_cores(c, b, *cost);
-    Measured mine = measure_pipeline(c, sch, b, want_timeline);
-    if (cost) f1 = calibrate_cores(c, b, *cost);
-    if (c.rank() == 0) {
-      out.m = std::move(mine);
-      out.before = std::move(f0);
-      out.after = std::move(f1);
+    // Each rank keeps a one-layer model of the same shape and times its parts before every timed
+    // step and after the last, all ranks at once (the pipeline's load on the cores).
+    std::optional<PartTimer> timer;
+    std::vector<PartTable> mine;
+    std::function<void()> between;
+    if (cost) {
+      ProfileOptions po;
+      po.seq_len = b.seq_len;
+      po.threads = b.threads;
+      po.precision = b.precision;
+      po.layers = 1;
+      timer.emplace(b.cfg, po);
+      // The first pass after a pipeline step runs 5-30% slower than the ones after it (measured
+      // on a 2-core VM: its memory has gone cold), while the steps' own ops run warm: each
+      // calibration point is an untimed pass, then the mean of kTimedPasses timed ones (one pass
+      // of one layer is short enough for a scheduler tick or a neighbour's burst to move it).
+      between = [&] {
+        timer->pass(Recompute::kNone);
+        PartTable sum;
+        for (int i = 0; i < kTimedPasses; ++i) {
+          const PartTable t = timer->pass(Recompute::kNone);
+          for (PartKind k : kPartKinds)
+            for (Dir d : kPartDirs) sum.at(k, d) += t.at(k, d) / kTimedPasses;
+        }
+        mine.push_back(sum);
+      };
+    }
+    Measured m = measure_pipeline(c, sch, b, want_timeline, between);
+    std::vector<double> all(mine.size() * static_cast<size_t>(c.size() * kCells), 0.0);
+    for (size_t k = 0; k < mine.size(); ++k)
+      put_cells(mine[k],
+                &all[(k * static_cast<size_t>(c.size()) + static_cast<size_t>(c.rank())) * kCells]);
+    if (cost) c.allreduce_sum(all.data(), static_cast<int64_t>(all.size()));
+    if (c.rank() != 0) return;
+    out.m = std::move(m);
+    for (size_t k = 0; k < mine.size(); ++k) {
+      times.emplace_back();
+      for (int q = 0; q < c.size(); ++q)
+        times.back().push_back(
+            get_cells(&all[(k * static_cast<size_t>(c.size()) + static_cast<size_t>(q)) * kCells]));
     }
   };
   if (world) {
@@ -184,8 +303,7 @@ CalibratedRun measure_calibrated(Comm* world, const Schedule& sch, const BenchSe
     LocalWorld lw(sch.num_stages * b.data_parallel * b.tensor_parallel, CommOptions{600, false});
     lw.run(run_on);
   }
-  for (size_t q = 0; q < out.before.size(); ++q)
-    out.scale.push_back(0.5 * (out.before[q] + out.after[q]));
+  if (cost && !times.empty()) out.cal = calibrate(times, *cost);
   return out;
 }
 

@@ -4,13 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include "comm/comm.h"
 #include "kernels/dtype.h"
+#include "model/tensor_parallel.h"
 #include "runtime/executor.h"
 #include "schedule/ir.h"
-#include "model/tensor_parallel.h"
 #include "sim/cost_model.h"
 #include "sim/timeline.h"
 #include "util/model_config.h"
@@ -33,8 +35,9 @@ struct RankMeasured {
 // What one schedule measured, identical on every rank after the exchange.
 struct Measured {
   std::vector<double> step_s;       // per timed step: the slowest rank's wall time
-  std::vector<StageStats> stages;   // the last timed step, per stage (replica 0, tensor rank 0)
-  std::vector<RankMeasured> ranks;  // the last timed step, per world rank
+  int median_step = 0;              // the index in step_s of the median step (the lower middle one)
+  std::vector<StageStats> stages;   // the median step, per stage (replica 0, tensor rank 0)
+  std::vector<RankMeasured> ranks;  // the median step, per world rank
   // With tensor parallelism: world rank 0's group timed alone right after the steps
   // (measure_group_link); zero otherwise.
   LinkProfile tp_link;
@@ -60,24 +63,37 @@ struct BenchSetup {
 LinkProfile measure_group_link(TpGroup& group, DType t, int64_t n, int repeats);
 
 // Collective over `world` (D x P x T ranks, comm/split_grid's layout; `sch` lowered for b.cfg and
-// b.seq_len): one warm-up step, then b.steps timed steps, with fresh parameters (seed 1).
-Measured measure_pipeline(Comm& world, const Schedule& sch, const BenchSetup& b,
-                          bool want_timeline);
+// b.seq_len): one warm-up step, then b.steps timed steps, with fresh parameters (seed 1). When
+// given, `between` runs on every rank at once (barriers around it) before each timed step and
+// after the last one, outside the timed steps. The timeline, when asked, is the last step's.
+Measured measure_pipeline(Comm& world, const Schedule& sch, const BenchSetup& b, bool want_timeline,
+                          const std::function<void()>& between = {});
 
-// Collective over `world`: every rank times one pass of the per-layer parts (pre, attn, post; F,
-// I and W) on its own core at once, as the pipeline will load them, and divides by the same sum
-// from the part costs. Returns every rank's factor (> 1: this core runs slower now than the
-// profile measured), which predictions use as per-stage compute scales.
-std::vector<double> calibrate_cores(Comm& world, const BenchSetup& b, const CostModel& cost);
+// The index of the median of `v` (the lower of the two middle ones for an even count); v not empty.
+size_t median_index(const std::vector<double>& v);
 
-// One schedule's run for bench: measure_pipeline, bracketed (when `cost` is given) by
-// calibrate_cores right before and right after (the cores of a shared machine change speed
-// within minutes); scale[q] is stage q's mean factor (calibration needs D = T = 1). On `world`
-// when given (D x P x T ranks), else on as many in-process ranks (LocalWorld). The result is
-// rank 0's (empty elsewhere).
+// How fast each stage's core ran the parts during one run, against the part costs: every rank times
+// a one-layer model's parts (F, I and W of each kind, on the profile's clock; one untimed pass,
+// then the mean of three) before each timed step and after the last, all ranks at once, so the
+// cores are loaded as in the pipeline. A factor > 1: that core ran the part slower than the profile
+// measured.
+struct Calibration {
+  std::vector<PartTable> parts;  // per stage: each cell's median over the passes (predictions)
+  std::vector<std::vector<PartTable>> steps;  // [step][stage]: the mean of the passes around it
+  std::vector<std::vector<double>> core;      // [stage][pass]: pre + attn + post together
+  std::vector<double> scale;                  // per stage: the median of core (reported)
+};
+// The factors from each pass's part times, times[pass][stage] (>= 2 passes, pass k before step
+// k); `cost` holds the part costs. A cell timed as zero (by the costs or the pass) takes the pass's
+// pre + attn + post factor.
+Calibration calibrate(const std::vector<std::vector<PartTable>>& times, const CostModel& cost);
+
+// One schedule's run for bench: measure_pipeline with, when `cost` is given, the calibration passes
+// between the steps (calibration needs D = T = 1). On `world` when given (D x P x T ranks), else on
+// as many in-process ranks (LocalWorld). The result is rank 0's (empty elsewhere).
 struct CalibratedRun {
   Measured m;
-  std::vector<double> before, after, scale;
+  std::optional<Calibration> cal;  // with a cost model
 };
 CalibratedRun measure_calibrated(Comm* world, const Schedule& sch, const BenchSetup& b,
                                  const CostModel* cost, bool want_timeline);

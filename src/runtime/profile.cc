@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "comm/pingpong.h"
@@ -101,25 +103,39 @@ nlohmann::json PartProfile::to_json() const {
   return j;
 }
 
-PartProfile profile_parts(const ModelConfig& cfg_in, const ProfileOptions& opt) {
+struct PartTimer::State {
+  ProfileOptions opt;
+  ModelConfig cfg;
+  std::unique_ptr<Backend> be;
+  std::optional<Params> params;
+  std::optional<Model> model;
+  TokenBuffer tok, tgt;
+  Batch batch;
+  std::vector<Part> parts;
+  std::optional<ValueStore> store;
+};
+
+PartTimer::PartTimer(const ModelConfig& cfg_in, const ProfileOptions& opt)
+    : s_(std::make_unique<State>()) {
   HP_CHECK(opt.seq_len >= 1, "profile: --seq-len must be >= 1 (got {})", opt.seq_len);
   HP_CHECK(opt.microbatch_size >= 1, "profile: --microbatch-size must be >= 1 (got {})",
            opt.microbatch_size);
-  HP_CHECK(opt.repeats >= 1, "profile: --repeats must be >= 1 (got {})", opt.repeats);
-  HP_CHECK(opt.warmup >= 0, "profile: --warmup must be >= 0 (got {})", opt.warmup);
   HP_CHECK(opt.layers >= 1, "profile: --profile-layers must be >= 1 (got {})", opt.layers);
   HP_CHECK(opt.threads >= 1, "profile: --threads must be >= 1 (got {})", opt.threads);
   HP_CHECK(opt.seq_len <= cfg_in.max_positions,
            "profile: --seq-len {} exceeds the model's max_positions {}", opt.seq_len,
            cfg_in.max_positions);
-  ModelConfig cfg = cfg_in;
-  cfg.layers = opt.layers;
-  cfg.validate();
+  State& st = *s_;
+  st.opt = opt;
+  st.cfg = cfg_in;
+  st.cfg.layers = opt.layers;
+  st.cfg.validate();
+  const ModelConfig& cfg = st.cfg;
 
-  auto be = make_cpu_backend(opt.threads);
-  Params params(cfg, Params::all_parts(cfg), *be, opt.precision);
-  params.init(opt.seed);
-  Model model(params);
+  st.be = make_cpu_backend(opt.threads);
+  st.params.emplace(cfg, Params::all_parts(cfg), *st.be, opt.precision);
+  st.params->init(opt.seed);
+  st.model.emplace(*st.params);
 
   const int64_t n = opt.seq_len * opt.microbatch_size;
   std::vector<int32_t> tokens(static_cast<size_t>(n)), targets(static_cast<size_t>(n));
@@ -130,31 +146,45 @@ PartProfile profile_parts(const ModelConfig& cfg_in, const ProfileOptions& opt) 
   }
   for (int64_t i = 0; i < n; ++i)
     targets[static_cast<size_t>(i)] = tokens[static_cast<size_t>((i + 1) % n)];
-  TokenBuffer tok, tgt;
-  tok.upload(*be, tokens, cfg.vocab, "token");
-  tgt.upload(*be, targets, cfg.vocab, "target");
-  Batch b{tok.data(), tgt.data(), opt.microbatch_size, opt.seq_len, 1.0 / static_cast<double>(n)};
+  st.tok.upload(*st.be, tokens, cfg.vocab, "token");
+  st.tgt.upload(*st.be, targets, cfg.vocab, "target");
+  st.batch = Batch{st.tok.data(), st.tgt.data(), opt.microbatch_size, opt.seq_len,
+                   1.0 / static_cast<double>(n)};
+  for (int i = 0; i <= 3 * opt.layers + 1; ++i) st.parts.push_back(Part::from_index(i, opt.layers));
+  st.store.emplace(*st.be, opt.precision);
+}
 
-  std::vector<Part> parts;
-  for (int i = 0; i <= 3 * opt.layers + 1; ++i) parts.push_back(Part::from_index(i, opt.layers));
+PartTimer::~PartTimer() = default;
 
-  ValueStore store(*be, opt.precision);
+PartTable PartTimer::pass(Recompute policy) {
+  State& st = *s_;
   PartTable acc;
+  one_pass(*st.model, st.parts, policy, st.opt.transfer, *st.store, st.batch,
+           profile_clock(st.opt.threads), acc);
+  PartTable per;
+  for (PartKind k : kPartKinds) {
+    const bool per_layer = k != PartKind::kEmbed && k != PartKind::kHead;
+    const double count = per_layer ? static_cast<double>(st.opt.layers) : 1.0;
+    for (Dir d : kPartDirs) per.at(k, d) = acc.at(k, d) / count;
+  }
+  return per;
+}
+
+PartProfile profile_parts(const ModelConfig& cfg, const ProfileOptions& opt) {
+  HP_CHECK(opt.repeats >= 1, "profile: --repeats must be >= 1 (got {})", opt.repeats);
+  HP_CHECK(opt.warmup >= 0, "profile: --warmup must be >= 0 (got {})", opt.warmup);
+  PartTimer timer(cfg, opt);
   std::map<std::pair<PartKind, Dir>, std::vector<double>> samples;
   std::vector<double> attn_extra;
   for (int r = 0; r < opt.warmup + opt.repeats; ++r) {
-    one_pass(model, parts, Recompute::kNone, opt.transfer, store, b, profile_clock(opt.threads), acc);
-    const double attn_i_none = acc.at(PartKind::kAttn, Dir::kI);
+    const PartTable none = timer.pass(Recompute::kNone);
     if (r >= opt.warmup)
-      for (PartKind k : kPartKinds) {
-        const bool per_layer = k != PartKind::kEmbed && k != PartKind::kHead;
-        const double count = per_layer ? static_cast<double>(opt.layers) : 1.0;
-        for (Dir d : kPartDirs) samples[{k, d}].push_back(acc.at(k, d) / count);
-      }
+      for (PartKind k : kPartKinds)
+        for (Dir d : kPartDirs) samples[{k, d}].push_back(none.at(k, d));
     if (!opt.measure_attn_recompute) continue;
-    one_pass(model, parts, Recompute::kNoAttn, opt.transfer, store, b, profile_clock(opt.threads), acc);
+    const PartTable noattn = timer.pass(Recompute::kNoAttn);
     if (r >= opt.warmup)
-      attn_extra.push_back((acc.at(PartKind::kAttn, Dir::kI) - attn_i_none) / opt.layers);
+      attn_extra.push_back(noattn.at(PartKind::kAttn, Dir::kI) - none.at(PartKind::kAttn, Dir::kI));
   }
 
   PartProfile out;
@@ -167,7 +197,8 @@ PartProfile profile_parts(const ModelConfig& cfg_in, const ProfileOptions& opt) 
   // A negative difference is timing noise: the recompute is cheaper than the noise, call it 0.
   out.attn_recompute_f = attn_extra.empty() ? 0.0 : std::max(0.0, median(attn_extra));
 
-  out.message_bytes = n * cfg.hidden * dtype_bytes(opt.precision.compute);
+  out.message_bytes =
+      opt.seq_len * opt.microbatch_size * cfg.hidden * dtype_bytes(opt.precision.compute);
   if (opt.link_latency_s >= 0 && opt.link_bandwidth_Bps > 0) {
     out.link_latency_s = opt.link_latency_s;
     out.link_bandwidth_Bps = opt.link_bandwidth_Bps;

@@ -4,10 +4,10 @@
 // (CostModel::from_part_costs, docs/formats/sim.md). Used by `helixpipe profile`.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -65,6 +65,25 @@ struct StepCheck {
 };
 StepCheck check_step(const ModelConfig& cfg, const ProfileOptions& opt, const PartProfile& parts,
                      int microbatches);
+
+// A model with opt.layers layers of `cfg`'s shape (random weights, random tokens), built once and
+// timed pass after pass: every part's F in model order, then its I and W in reverse, each as its
+// own op. Keeping it between passes reuses warm memory (bench's calibration passes between timed
+// steps). Throws hp::Error on a bad option.
+class PartTimer {
+ public:
+  PartTimer(const ModelConfig& cfg, const ProfileOptions& opt);
+  ~PartTimer();
+  PartTimer(const PartTimer&) = delete;
+  PartTimer& operator=(const PartTimer&) = delete;
+  // One pass under `policy`: seconds of one part of each kind per micro-batch, F, I and W (the
+  // per-layer kinds averaged over the layers), on ProfileOptions' clock.
+  PartTable pass(Recompute policy);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
 
 // Runs warm-up + repeated passes over a model with opt.layers layers of `cfg`'s shape (random
 // weights, random tokens). Throws hp::Error on a bad option.

@@ -71,16 +71,19 @@ void CostModel::set_links(LinkProfile intra, LinkProfile inter, int stages_per_n
   stages_per_node_ = stages_per_node;
 }
 
-double CostModel::op_time(const ComputeOp& op, Recompute policy) const {
+double CostModel::op_time(const ComputeOp& op, Recompute policy, const PartTable* scale) const {
+  auto factor = [&](PartKind k, Dir d) { return scale ? scale->at(k, d) : 1.0; };
   double t = 0;
   for (const Part& p : op.parts) {
     if (!(head_in_backward_ && p.kind == PartKind::kHead && op.dir == Dir::kF))
-      t += part_time(p, op.dir);
+      t += op.dir == Dir::kB ? part_time(p, Dir::kI) * factor(p.kind, Dir::kI) +
+                                   part_time(p, Dir::kW) * factor(p.kind, Dir::kW)
+                             : part_time(p, op.dir) * factor(p.kind, op.dir);
     if (policy == Recompute::kNoAttn && p.kind == PartKind::kAttn &&
         (op.dir == Dir::kB || op.dir == Dir::kI))
-      t += attn_recompute_f_;
+      t += attn_recompute_f_ * factor(PartKind::kAttn, Dir::kF);
   }
-  for (const Part& p : op.recompute) t += part_time(p, Dir::kF);
+  for (const Part& p : op.recompute) t += part_time(p, Dir::kF) * factor(p.kind, Dir::kF);
   return t;
 }
 

@@ -42,8 +42,10 @@ class CostModel {
   double part_time(PartKind kind, Dir dir) const;
   // Seconds for a compute op: its parts in `op.dir`, plus the forward of op.recompute, plus
   // attention's internal QKV(+rotary) recompute when `policy` is no-attn (docs/memory.md); no
-  // head forward under set_head_in_backward.
-  double op_time(const ComputeOp& op, Recompute policy) const;
+  // head forward under set_head_in_backward. With `scale`, each part's time in each direction is
+  // multiplied by scale->at(kind, dir) (a stage whose core runs the parts at other speeds than the
+  // profile; attention's QKV recompute and recomputed forwards take the F factor).
+  double op_time(const ComputeOp& op, Recompute policy, const PartTable* scale = nullptr) const;
   // Model FLOPs of an op (no recomputation), for MFU; 0 when the model is not FLOP-based.
   double op_flops(const ComputeOp& op) const;
 

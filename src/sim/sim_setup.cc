@@ -76,7 +76,8 @@ int resolve_layers(int layers, const CostSetup& c) {
 }
 
 SimRun simulate_spec(const ScheduleSpec& spec_in, const CostSetup& c, bool record_timeline,
-                     const std::vector<double>& stage_time_scale) {
+                     const std::vector<double>& stage_time_scale,
+                     const std::vector<PartTable>& stage_part_scale) {
   SimRun run;
   run.spec = spec_in;
   if (c.recompute) run.spec.recompute = c.recompute;
@@ -92,6 +93,7 @@ SimRun simulate_spec(const ScheduleSpec& spec_in, const CostSetup& c, bool recor
   opt.record_timeline = record_timeline;
   opt.tokens_per_microbatch = c.tokens_per_mb;
   opt.stage_time_scale = stage_time_scale;
+  opt.stage_part_scale = stage_part_scale;
   run.result = simulate(run.schedule, c.cost, opt);
   if (cfg) {
     auto peaks = stash_peaks(run.schedule, *cfg, c.tokens_per_mb, c.elem_bytes);

@@ -68,10 +68,11 @@ struct SimRun {
 };
 // Generates, lowers (message sizes from the model when known, / tp), simulates and fills the
 // per-stage peak activation bytes (per GPU: the stage's stash / tp). Throws hp::Error from the
-// generator when the shape is invalid. `stage_time_scale`: per-stage compute multipliers
-// (SimOptions::stage_time_scale).
+// generator when the shape is invalid. `stage_time_scale` and `stage_part_scale`: per-stage
+// compute multipliers (SimOptions' fields of those names).
 SimRun simulate_spec(const ScheduleSpec& spec, const CostSetup& c, bool record_timeline,
-                     const std::vector<double>& stage_time_scale = {});
+                     const std::vector<double>& stage_time_scale = {},
+                     const std::vector<PartTable>& stage_part_scale = {});
 
 // The schedule's picture (`helixpipe schedule --format=svg|trace`): `s` lowered and simulated with
 // one time unit per layer part (pre, attn, post) and direction (F, I, W), embed and head free and

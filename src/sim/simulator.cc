@@ -36,8 +36,10 @@ class SimClock : public WalkTransport {
 
   OpTimes compute(int stage, int op) override {
     const ComputeOp& c = s_.stages[stage].ops[op];
-    double d = cost_.op_time(c, s_.policy_of(stage));
-    if (!opt_.stage_time_scale.empty()) d *= opt_.stage_time_scale[static_cast<size_t>(stage)];
+    const auto q = static_cast<size_t>(stage);
+    double d = cost_.op_time(c, s_.policy_of(stage),
+                             opt_.stage_part_scale.empty() ? nullptr : &opt_.stage_part_scale[q]);
+    if (!opt_.stage_time_scale.empty()) d *= opt_.stage_time_scale[q];
     total_flops_ += cost_.op_flops(c);
     const OpTimes t{now_[stage], now_[stage] + d};
     now_[stage] += d;
@@ -188,6 +190,14 @@ void check_options(const Schedule& sched, const SimOptions& opt) {
            "simulate: stage_time_scale has {} entries for {} stages", opt.stage_time_scale.size(), p);
   for (double x : opt.stage_time_scale)
     HP_CHECK(x > 0, "simulate: stage_time_scale entries must be > 0 (got {})", x);
+  HP_CHECK(opt.stage_part_scale.empty() || static_cast<int>(opt.stage_part_scale.size()) == p,
+           "simulate: stage_part_scale has {} entries for {} stages", opt.stage_part_scale.size(),
+           p);
+  for (const PartTable& t : opt.stage_part_scale)
+    for (PartKind k : kPartKinds)
+      for (Dir d : kPartDirs)
+        HP_CHECK(t.at(k, d) > 0, "simulate: stage_part_scale of {} {} must be > 0 (got {})",
+                 part_kind_str(k), dir_str(d), t.at(k, d));
   HP_CHECK(sched.is_lowered() || p == 1,
            "simulate: schedule '{}' has {} stages but no communication ops; lower() it first",
            sched.name, p);

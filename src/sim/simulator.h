@@ -43,6 +43,10 @@ struct SimOptions {
   // Compute times of stage s are multiplied by stage_time_scale[s] (empty: 1 everywhere), for
   // stages whose devices run at different speeds (e.g. cores measured slower than the profile).
   std::vector<double> stage_time_scale;
+  // Per stage and per part kind and direction (empty: 1 everywhere): CostModel::op_time's
+  // `scale`, e.g. bench's calibration of each part on each stage's core. Applied before
+  // stage_time_scale.
+  std::vector<PartTable> stage_part_scale;
 };
 
 struct StageResult {

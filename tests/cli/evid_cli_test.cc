@@ -54,14 +54,20 @@ TEST(EvidCli, ProfileThenBench) {
     ASSERT_EQ(r["predicted_peak_stash_bytes"].size(), 2u);
     EXPECT_EQ(r["predicted_peak_stash_bytes"], r["peak_stash_bytes"]) << r["label"];
     EXPECT_TRUE(r["stash_exact"].get<bool>()) << r["label"];
-    // Core speed calibrated on both ranks before and after the run; the prediction uses the mean.
-    ASSERT_EQ(r["core_before"].size(), 2u);
-    ASSERT_EQ(r["core_after"].size(), 2u);
+    // Core speed calibrated on both ranks before the one timed step and after it; the reported
+    // factor is the median of the two passes, and one prediction per step.
+    ASSERT_EQ(r["core_passes"].size(), 2u);
+    ASSERT_EQ(r["part_factors"].size(), 2u);
     for (size_t q = 0; q < 2; ++q) {
-      EXPECT_GT(r["core_before"][q].get<double>(), 0);
-      EXPECT_DOUBLE_EQ(r["stage_time_scale"][q].get<double>(),
-                       0.5 * (r["core_before"][q].get<double>() + r["core_after"][q].get<double>()));
+      ASSERT_EQ(r["core_passes"][q].size(), 2u);
+      EXPECT_GT(r["core_passes"][q][0].get<double>(), 0);
+      EXPECT_DOUBLE_EQ(
+          r["stage_time_scale"][q].get<double>(),
+          0.5 * (r["core_passes"][q][0].get<double>() + r["core_passes"][q][1].get<double>()));
+      EXPECT_GT(r["part_factors"][q]["attn"]["F"].get<double>(), 0);
     }
+    ASSERT_EQ(r["predicted_steps_s"].size(), 1u);
+    EXPECT_DOUBLE_EQ(r["predicted_steps_s"][0].get<double>(), r["predicted_step_s"].get<double>());
     EXPECT_GT(r["replay_step_s"].get<double>(), 0);
   }
   EXPECT_EQ(j["rows"][0]["label"], "1f1b");

@@ -4,16 +4,19 @@
 // ranks of a stage agreeing on what they share, each rank's collective time split into transfer
 // and waiting without losing any of it. (It is also the in-process pipeline path that
 // scripts/sanitize.sh runs under ThreadSanitizer.)
+#include "runtime/pipeline_bench.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <vector>
 
 #include "../model/model_test_util.h"
-#include "runtime/pipeline_bench.h"
 #include "schedule/generate.h"
 #include "schedule/lower.h"
+#include "util/error.h"
 
 namespace hp {
 namespace {
@@ -42,7 +45,7 @@ TEST(PipelineBench, InProcessRanksReportEveryStageAndRank) {
   b.tensor_parallel = T;
 
   const CalibratedRun run = measure_calibrated(nullptr, sch, b, nullptr, true);
-  EXPECT_TRUE(run.before.empty() && run.after.empty() && run.scale.empty());  // no cost model
+  EXPECT_FALSE(run.cal.has_value());  // no cost model, no calibration
   const Measured& m = run.m;
   ASSERT_EQ(m.step_s.size(), 2u);
   for (double t : m.step_s) EXPECT_GT(t, 0);
@@ -76,6 +79,97 @@ TEST(PipelineBench, InProcessRanksReportEveryStageAndRank) {
   EXPECT_EQ(stages, (std::set<int>{0, 1}));
   EXPECT_TRUE(std::isfinite(m.tp_link.bandwidth_Bps) && m.tp_link.bandwidth_Bps > 0);
   EXPECT_GE(m.tp_link.latency_s, 0);
+}
+
+// calibrate() on hand-made passes: one stage, part costs pre/attn/post F 1, I 2, W 3 (18 per
+// layer), embed F 1 only, head 1 each way. Pass 0 runs every part at the profile's speed, pass 2
+// at 1.1x, pass 1 at 1.2x except attention's I at 5x (a stall in one part of one pass).
+TEST(PipelineBench, CalibrationTakesEachCellsMedianOverThePasses) {
+  CostModel cost;
+  for (PartKind k : {PartKind::kPre, PartKind::kAttn, PartKind::kPost}) {
+    cost.set_part_time(k, Dir::kF, 1);
+    cost.set_part_time(k, Dir::kI, 2);
+    cost.set_part_time(k, Dir::kW, 3);
+  }
+  cost.set_part_time(PartKind::kEmbed, Dir::kF, 1);
+  for (Dir d : kPartDirs) cost.set_part_time(PartKind::kHead, d, 1);
+  auto pass = [&](double a) {
+    PartTable t;
+    for (PartKind k : kPartKinds)
+      for (Dir d : kPartDirs) t.at(k, d) = a * cost.part_time(k, d);
+    return t;
+  };
+  PartTable stall = pass(1.2);
+  stall.at(PartKind::kAttn, Dir::kI) = 10;
+  const Calibration c = calibrate({{pass(1.0)}, {stall}, {pass(1.1)}}, cost);
+  ASSERT_EQ(c.core.size(), 1u);
+  const double core1 = (18 * 1.2 - 2 * 1.2 + 10) / 18;  // pre + attn + post of pass 1
+  ASSERT_EQ(c.core[0].size(), 3u);
+  EXPECT_DOUBLE_EQ(c.core[0][0], 1.0);
+  EXPECT_DOUBLE_EQ(c.core[0][1], core1);
+  EXPECT_DOUBLE_EQ(c.core[0][2], 1.1);
+  EXPECT_DOUBLE_EQ(c.scale[0], 1.1);
+  // Every cell's median is pass 2's 1.1: the stall and pass 1's speed fall out. Embed's I and W
+  // (zero in the costs) take each pass's core factor, whose median is 1.1 too.
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs)
+      EXPECT_NEAR(c.parts[0].at(k, d), 1.1, 1e-12) << part_kind_str(k) << " " << dir_str(d);
+  // Step 0 lies between passes 0 and 1, step 1 between passes 1 and 2.
+  ASSERT_EQ(c.steps.size(), 2u);
+  EXPECT_DOUBLE_EQ(c.steps[0][0].at(PartKind::kAttn, Dir::kI), 0.5 * (1 + 5));
+  EXPECT_DOUBLE_EQ(c.steps[1][0].at(PartKind::kPre, Dir::kF), 0.5 * (1.2 + 1.1));
+  EXPECT_DOUBLE_EQ(c.steps[0][0].at(PartKind::kEmbed, Dir::kW), 0.5 * (1 + core1));
+  EXPECT_THROW(calibrate({{pass(1.0)}}, cost), Error);
+  EXPECT_THROW(calibrate({{pass(1.0)}, {pass(1.0), pass(1.0)}}, cost), Error);
+}
+
+// With a cost model the run is calibrated between its steps: steps + 1 passes on every stage.
+TEST(PipelineBench, CalibrationPassesSurroundEveryTimedStep) {
+  ModelConfig cfg;
+  cfg.hidden = 16;
+  cfg.intermediate = 24;
+  cfg.heads = 2;
+  cfg.kv_heads = 2;
+  cfg.layers = 2;
+  cfg.vocab = 64;
+  const int P = 2, M = 2;
+  const int64_t S = 8;
+  Schedule sch =
+      generate(ScheduleSpec{"1f1b", P, M, static_cast<int>(cfg.layers), 1, 1, Recompute::kNone});
+  lower(sch, &cfg, S);
+  const auto tokens = test::random_tokens(M * S, cfg.vocab, 3);
+  const auto targets = test::random_tokens(M * S, cfg.vocab, 4);
+  BenchSetup b;
+  b.cfg = cfg;
+  b.seq_len = S;
+  b.steps = 3;
+  b.tokens = &tokens;
+  b.targets = &targets;
+  CostModel cost;
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs) cost.set_part_time(k, d, 1e-6);
+  const CalibratedRun run = measure_calibrated(nullptr, sch, b, &cost, false);
+  ASSERT_EQ(run.m.step_s.size(), 3u);
+  ASSERT_TRUE(run.cal.has_value());
+  const Calibration& c = *run.cal;
+  ASSERT_EQ(c.core.size(), static_cast<size_t>(P));
+  ASSERT_EQ(c.parts.size(), static_cast<size_t>(P));
+  ASSERT_EQ(c.steps.size(), 3u);
+  for (int q = 0; q < P; ++q) {
+    const std::vector<double>& core = c.core[static_cast<size_t>(q)];
+    ASSERT_EQ(core.size(), 4u) << "stage " << q;
+    std::vector<double> v = core;
+    std::sort(v.begin(), v.end());
+    EXPECT_DOUBLE_EQ(c.scale[static_cast<size_t>(q)], 0.5 * (v[1] + v[2]));
+    for (double f : core) EXPECT_GT(f, 0);
+    for (PartKind k : kPartKinds)
+      for (Dir d : kPartDirs) EXPECT_GT(c.parts[static_cast<size_t>(q)].at(k, d), 0);
+  }
+  // The per-rank numbers are the median step's.
+  EXPECT_LT(run.m.median_step, 3);
+  std::vector<double> sorted = run.m.step_s;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(run.m.step_s[static_cast<size_t>(run.m.median_step)], sorted[1]);
 }
 
 }  // namespace

@@ -288,5 +288,43 @@ TEST(ClosedForm, StageTimeScaleStretchesOnlyThatStagesCompute) {
   EXPECT_THROW(simulate(s, c, o), Error);
 }
 
+TEST(ClosedForm, StagePartScaleStretchesOnlyThatStagesParts) {
+  // The same GPipe as above. A part scale of 2 on every part of stage 1 is stage_time_scale 2.
+  // Scaling only stage 1's attention F by 3 adds 2 units to each of its forwards: t_F = 5 there,
+  // and stage 1 (5 + 6 per micro-batch against stage 0's 9) is again the bottleneck.
+  const CostModel c = uniform_layers(1.0, 1.0, 1.0);
+  const int m = 4, L = 2;
+  Schedule s = generate(spec("gpipe", 2, m, L));
+  lower(s);
+  SimOptions o;
+  o.record_timeline = false;
+  PartTable one, two;
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs) {
+      one.at(k, d) = 1;
+      two.at(k, d) = 2;
+    }
+  o.stage_time_scale = {1.0, 2.0};
+  const SimResult by_stage = simulate(s, c, o);
+  o.stage_time_scale.clear();
+  o.stage_part_scale = {one, two};
+  const SimResult by_part = simulate(s, c, o);
+  EXPECT_DOUBLE_EQ(by_part.makespan, by_stage.makespan);
+  EXPECT_DOUBLE_EQ(by_part.stages[1].busy, by_stage.stages[1].busy);
+  PartTable attn = one;
+  attn.at(PartKind::kAttn, Dir::kF) = 3;
+  o.stage_part_scale = {one, attn};
+  const SimResult slow_attn = simulate(s, c, o);
+  const double tF = 3, tB = 6, tF1 = 5;
+  EXPECT_DOUBLE_EQ(slow_attn.stages[1].busy, m * (tF1 + tB));
+  EXPECT_DOUBLE_EQ(slow_attn.stages[0].busy, m * (tF + tB));
+  EXPECT_DOUBLE_EQ(slow_attn.makespan, tF + m * (tF1 + tB) + tB);
+  o.stage_part_scale = {one};
+  EXPECT_THROW(simulate(s, c, o), Error);
+  attn.at(PartKind::kEmbed, Dir::kW) = 0;
+  o.stage_part_scale = {one, attn};
+  EXPECT_THROW(simulate(s, c, o), Error);
+}
+
 }  // namespace
 }  // namespace hp

@@ -97,6 +97,45 @@ TEST(CostModel, PartCostsShapeAndOpTimes) {
   EXPECT_DOUBLE_EQ(back.message_time(0, 1, 2000), 3e-3);
 }
 
+// A per-part scale multiplies each part's time in each direction by its own factor; attention's
+// QKV recompute under no-attn and every recomputed forward take the F factor of their kind.
+TEST(CostModel, OpTimeWithPartScale) {
+  auto j = nlohmann::json::parse(R"({
+    "embed":{"F":0.5,"I":0,"W":0.25}, "pre":{"F":1,"I":2,"W":3}, "attn":{"F":10,"I":20,"W":0},
+    "post":{"F":4,"I":5,"W":6}, "head":{"F":7,"I":8,"W":9}, "attn_recompute_F":2,
+    "link":{"latency_s":1e-3,"bandwidth_Bps":1e6}})");
+  const CostModel c = CostModel::from_part_costs(j);
+  PartTable scale;
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs) scale.at(k, d) = 1;
+  scale.at(PartKind::kAttn, Dir::kF) = 2;
+  scale.at(PartKind::kAttn, Dir::kI) = 0.5;
+  scale.at(PartKind::kPost, Dir::kW) = 3;
+  scale.at(PartKind::kPre, Dir::kF) = 4;
+  ComputeOp op;
+  op.dir = Dir::kB;
+  op.parts = {Part::post(2), Part::attn(2), Part::pre(2)};
+  // post I 5 + W 6*3, attn I 20*0.5 + W 0, pre I 2 + W 3.
+  EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kNone, &scale), 5 + 18 + 10 + 0 + 2 + 3);
+  op.recompute = recompute_parts(op, Recompute::kNoAttn);  // post and pre rerun, attn its QKV
+  EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kNoAttn, &scale), 38 + 4 + 1 * 4 + 2 * 2);
+  op.recompute = recompute_parts(op, Recompute::kSelective);  // attention's forward, at 2x
+  EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kSelective, &scale), 38 + 10 * 2);
+  op.dir = Dir::kF;
+  op.recompute.clear();
+  EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kNone, &scale), 4 + 20 + 4);
+  // All factors 1: the unscaled time.
+  const PartTable ones = [] {
+    PartTable t;
+    for (PartKind k : kPartKinds)
+      for (Dir d : kPartDirs) t.at(k, d) = 1;
+    return t;
+  }();
+  op.dir = Dir::kB;
+  op.recompute = recompute_parts(op, Recompute::kFull);
+  EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kFull, &ones), c.op_time(op, Recompute::kFull));
+}
+
 // The reference code computes logits and loss in the head's backward, whose logits pass serves
 // both: F of an op with the head then costs the other parts only, its backward what it always
 // costs. No policy reruns the head's forward (ir.h recomputes), so full recomputation adds post's
