@@ -21,29 +21,41 @@
 namespace hp {
 namespace {
 
-TEST(PipelineBench, InProcessRanksReportEveryStageAndRank) {
+// A 1F1B on two stages of a tiny model (T = 2 divides its heads, key/value heads and MLP width),
+// two micro-batches of 8 tokens, ready for measure_calibrated.
+struct TinyBench {
+  static constexpr int P = 2, M = 2;
+  static constexpr int64_t S = 8;
   ModelConfig cfg;
-  cfg.hidden = 16;
-  cfg.intermediate = 24;
-  cfg.heads = 2;
-  cfg.kv_heads = 2;  // T = 2 divides the heads, the key/value heads and the MLP width
-  cfg.layers = 4;
-  cfg.vocab = 64;
-  const int P = 2, M = 2, T = 2;
-  const int64_t S = 8;
-  Schedule sch = generate(ScheduleSpec{"1f1b", P, M, static_cast<int>(cfg.layers), 1, 1,
-                                       Recompute::kNone});
-  lower(sch, &cfg, S);
-  const auto tokens = test::random_tokens(M * S, cfg.vocab, 3);
-  const auto targets = test::random_tokens(M * S, cfg.vocab, 4);
+  Schedule sch;
+  std::vector<int32_t> tokens, targets;
   BenchSetup b;
-  b.cfg = cfg;
-  b.seq_len = S;
-  b.steps = 2;
-  b.tokens = &tokens;
-  b.targets = &targets;
-  b.tensor_parallel = T;
+  explicit TinyBench(int steps, int tensor_parallel = 1) {
+    cfg.hidden = 16;
+    cfg.intermediate = 24;
+    cfg.heads = 2;
+    cfg.kv_heads = 2;
+    cfg.layers = 4;
+    cfg.vocab = 64;
+    sch =
+        generate(ScheduleSpec{"1f1b", P, M, static_cast<int>(cfg.layers), 1, 1, Recompute::kNone});
+    lower(sch, &cfg, S);
+    tokens = test::random_tokens(M * S, cfg.vocab, 3);
+    targets = test::random_tokens(M * S, cfg.vocab, 4);
+    b.cfg = cfg;
+    b.seq_len = S;
+    b.steps = steps;
+    b.tokens = &tokens;
+    b.targets = &targets;
+    b.tensor_parallel = tensor_parallel;
+  }
+};
 
+TEST(PipelineBench, InProcessRanksReportEveryStageAndRank) {
+  const int P = TinyBench::P, T = 2;
+  const TinyBench tb(2, T);
+  const Schedule& sch = tb.sch;
+  const BenchSetup& b = tb.b;
   const CalibratedRun run = measure_calibrated(nullptr, sch, b, nullptr, true);
   EXPECT_FALSE(run.cal.has_value());  // no cost model, no calibration
   const Measured& m = run.m;
@@ -125,26 +137,10 @@ TEST(PipelineBench, CalibrationTakesEachCellsMedianOverThePasses) {
 
 // With a cost model the run is calibrated between its steps: steps + 1 passes on every stage.
 TEST(PipelineBench, CalibrationPassesSurroundEveryTimedStep) {
-  ModelConfig cfg;
-  cfg.hidden = 16;
-  cfg.intermediate = 24;
-  cfg.heads = 2;
-  cfg.kv_heads = 2;
-  cfg.layers = 2;
-  cfg.vocab = 64;
-  const int P = 2, M = 2;
-  const int64_t S = 8;
-  Schedule sch =
-      generate(ScheduleSpec{"1f1b", P, M, static_cast<int>(cfg.layers), 1, 1, Recompute::kNone});
-  lower(sch, &cfg, S);
-  const auto tokens = test::random_tokens(M * S, cfg.vocab, 3);
-  const auto targets = test::random_tokens(M * S, cfg.vocab, 4);
-  BenchSetup b;
-  b.cfg = cfg;
-  b.seq_len = S;
-  b.steps = 3;
-  b.tokens = &tokens;
-  b.targets = &targets;
+  const int P = TinyBench::P;
+  const TinyBench tb(3);
+  const Schedule& sch = tb.sch;
+  const BenchSetup& b = tb.b;
   CostModel cost;
   for (PartKind k : kPartKinds)
     for (Dir d : kPartDirs) cost.set_part_time(k, d, 1e-6);
