@@ -181,27 +181,33 @@ class LocalComm final : public Comm {
     std::string mismatch;
     {
       std::lock_guard<std::mutex> lock(shared_->mu);
-      auto it = std::find_if(partners.begin(), partners.end(),
-                             [&](const auto& p) { return p->src == src && p->tag == tag; });
-      if (it == partners.end()) {
-        queue.push_back(req);
-        return;
-      }
-      std::shared_ptr<LocalReq> other = *it;
-      partners.erase(it);
-      LocalReq& s = req->is_send ? *req : *other;
-      LocalReq& r = req->is_send ? *other : *req;
-      if (s.bytes != r.bytes) {
-        mismatch = fmt::format(
-            "message from rank {} to rank {} with tag {} has {} bytes but the receive expects {}",
-            group_->world_ranks[s.src], group_->world_ranks[s.dst], tag, s.bytes, r.bytes);
-      } else {
-        if (s.bytes > 0) std::memcpy(r.recv_buf, s.send_buf, static_cast<size_t>(s.bytes));
-        s.done.store(true, std::memory_order_release);
-        r.done.store(true, std::memory_order_release);
-        ++shared_->epoch;
+      // Checked again under the lock (make_req's check is outside it): fail() sets `aborted` under
+      // this mutex, and a rank that has seen the abort may already have freed the buffer of a
+      // receive it left posted, so nothing is matched or copied once it is set.
+      if (!shared_->aborted.load()) {
+        auto it = std::find_if(partners.begin(), partners.end(),
+                               [&](const auto& p) { return p->src == src && p->tag == tag; });
+        if (it == partners.end()) {
+          queue.push_back(req);
+          return;
+        }
+        std::shared_ptr<LocalReq> other = *it;
+        partners.erase(it);
+        LocalReq& s = req->is_send ? *req : *other;
+        LocalReq& r = req->is_send ? *other : *req;
+        if (s.bytes != r.bytes) {
+          mismatch = fmt::format(
+              "message from rank {} to rank {} with tag {} has {} bytes but the receive expects {}",
+              group_->world_ranks[s.src], group_->world_ranks[s.dst], tag, s.bytes, r.bytes);
+        } else {
+          if (s.bytes > 0) std::memcpy(r.recv_buf, s.send_buf, static_cast<size_t>(s.bytes));
+          s.done.store(true, std::memory_order_release);
+          r.done.store(true, std::memory_order_release);
+          ++shared_->epoch;
+        }
       }
     }
+    throw_if_aborted();
     if (!mismatch.empty()) abort(mismatch);
     shared_->cv.notify_all();
   }

@@ -422,6 +422,39 @@ TEST(LocalComm, PeerLivenessCountsSilenceFromTheLastAnswer) {
   EXPECT_THROW(PeerLiveness(2, 1, 1), Error);
 }
 
+// run_then_agree: every rank fails its local check, each with its own message. The rank that
+// finishes the agreement first ends the world while the others may still be inside the second
+// all-reduce; their freed buffers must not be written (CI's ASan run caught one written; before
+// the fix under the lock in LocalComm::post, 3 runs in 5 of this test under ASan reported it).
+// Repeated so the sanitizer builds meet the race window many times.
+TEST(LocalComm, RunThenAgreeOnEveryRankFailingEndsWithTheLowestRanksMessage) {
+  for (int round = 0; round < 1000; ++round) {
+    SCOPED_TRACE(round);
+    LocalWorld world(3, fast_timeout(30));
+    try {
+      world.run([](Comm& c) {
+        run_then_agree(c, [&] { throw Error(fmt::format("rank {} says no", c.rank())); });
+      });
+      ADD_FAILURE() << "no rank threw";
+    } catch (const AgreedFailure& e) {
+      EXPECT_STREQ(e.what(), "rank 0 says no");
+      EXPECT_EQ(e.failed_rank(), 0);
+      EXPECT_EQ(e.failed_ranks(), 3);
+    }
+  }
+  // Only rank 2 fails: every rank agrees on its message, and no rank returns normally.
+  LocalWorld world(3, fast_timeout(30));
+  std::vector<int> returned(3, 0);
+  EXPECT_THROW(world.run([&](Comm& c) {
+    run_then_agree(c, [&] {
+      if (c.rank() == 2) throw Error("only rank 2");
+    });
+    returned[static_cast<size_t>(c.rank())] = 1;
+  }),
+               AgreedFailure);
+  EXPECT_EQ(returned, std::vector<int>(3, 0));
+}
+
 TEST(LocalComm, PingPongGivesEveryRankRankZerosLinkFigures) {
   LocalWorld world(3, fast_timeout(30));
   std::vector<LinkEstimate> got(3);
