@@ -111,6 +111,11 @@ int profile_report(const ModelConfig& cfg, const ProfileOptions& opt, const Part
                t(Dir::kF), t(Dir::kI), t(Dir::kW), sp(Dir::kF), sp(Dir::kI), sp(Dir::kW));
   }
   fmt::print("\nattn recompute F (no-attn) {}\n", human_seconds(p.attn_recompute_f));
+  fmt::print(
+      "post gate+up F {}, down F {} (post F by GEMM FLOPs: a recomputed post's backward "
+      "redoes the first when G and U were not kept; a recompute nothing reads skips the "
+      "second)\n",
+      human_seconds(p.post_gate_up_f), human_seconds(p.post_down_f));
   fmt::print("link      latency {} bandwidth {:.2f} GB/s  ({}; message {})\n",
              human_seconds(p.link_latency_s), p.link_bandwidth_Bps / 1e9, p.link_source,
              human_bytes(static_cast<double>(p.message_bytes)));

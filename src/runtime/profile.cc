@@ -99,6 +99,8 @@ nlohmann::json PartProfile::to_json() const {
   for (PartKind k : kPartKinds)
     for (Dir d : kPartDirs) j[part_kind_str(k)][dir_str(d)] = time.at(k, d);
   j["attn_recompute_F"] = attn_recompute_f;
+  j["post_gate_up_F"] = post_gate_up_f;
+  j["post_down_F"] = post_down_f;
   j["link"] = {{"latency_s", link_latency_s}, {"bandwidth_Bps", link_bandwidth_Bps}};
   return j;
 }
@@ -196,6 +198,9 @@ PartProfile profile_parts(const ModelConfig& cfg, const ProfileOptions& opt) {
   }
   // A negative difference is timing noise: the recompute is cheaper than the noise, call it 0.
   out.attn_recompute_f = attn_extra.empty() ? 0.0 : std::max(0.0, median(attn_extra));
+  const PostGemmShares shares = post_gemm_shares(cfg);
+  out.post_gate_up_f = shares.gate_up * out.time.at(PartKind::kPost, Dir::kF);
+  out.post_down_f = shares.down * out.time.at(PartKind::kPost, Dir::kF);
 
   out.message_bytes =
       opt.seq_len * opt.microbatch_size * cfg.hidden * dtype_bytes(opt.precision.compute);

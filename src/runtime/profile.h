@@ -41,6 +41,9 @@ struct PartProfile {
   PartTable time;    // median seconds per micro-batch of one part of each kind, F, I and W
   PartTable spread;  // of the repetitions behind each: (max - min) / median
   double attn_recompute_f = 0;  // attention's own QKV(+rotary) recompute under no-attn
+  // The measured post F split by its GEMM FLOPs (post_gemm_shares, sim/cost_model.h): its gate
+  // and up GEMMs and its down projection, for recomputed posts (CostModel::post_recompute_extra).
+  double post_gate_up_f = 0, post_down_f = 0;
   double link_latency_s = 0;
   double link_bandwidth_Bps = 0;
   std::string link_source;  // "memcpy (in-process)" or "given"

@@ -83,8 +83,41 @@ double CostModel::op_time(const ComputeOp& op, Recompute policy, const PartTable
         (op.dir == Dir::kB || op.dir == Dir::kI))
       t += attn_recompute_f_ * factor(PartKind::kAttn, Dir::kF);
   }
-  for (const Part& p : op.recompute) t += part_time(p, Dir::kF) * factor(p.kind, Dir::kF);
+  for (size_t i = 0; i < op.recompute.size(); ++i) {
+    const Part& p = op.recompute[i];
+    t += (part_time(p, Dir::kF) + post_recompute_extra(op, i)) * factor(p.kind, Dir::kF);
+  }
   return t;
+}
+
+double CostModel::post_recompute_extra(const ComputeOp& op, size_t i) const {
+  const Part& p = op.recompute.at(i);
+  if (p.kind != PartKind::kPost) return 0;
+  // Mirrors Model::run: keep_gu for the first post of op.recompute; read_later for every part
+  // but the first, and for the first too when the op holds the head (it is then post:L, whose
+  // output the head's backward reads).
+  const auto first_post = std::find_if(op.recompute.begin(), op.recompute.end(),
+                                       [](const Part& q) { return q.kind == PartKind::kPost; });
+  const bool keep_gu = first_post == op.recompute.begin() + static_cast<std::ptrdiff_t>(i);
+  const bool head_in_op =
+      std::find(op.parts.begin(), op.parts.end(), Part::head()) != op.parts.end();
+  const bool read_later = i != 0 || head_in_op;
+  if (!read_later) return -post_down_f_;
+  return keep_gu ? 0.0 : post_gate_up_f_;
+}
+
+void CostModel::set_post_recompute_times(double gate_up, double down) {
+  HP_CHECK(gate_up >= 0 && down >= 0, "set_post_recompute_times: negative time ({}, {})", gate_up,
+           down);
+  post_gate_up_f_ = gate_up;
+  post_down_f_ = down;
+}
+
+PostGemmShares post_gemm_shares(const ModelConfig& cfg) {
+  const double h = static_cast<double>(cfg.hidden), f = static_cast<double>(cfg.intermediate);
+  const bool gpt = cfg.is_gpt();
+  const double gate_up = (gpt ? 1 : 2) * h * f, down = f * h, total = h * h + gate_up + down;
+  return {gate_up / total, down / total};
 }
 
 double CostModel::op_flops(const ComputeOp& op) const {
@@ -145,13 +178,18 @@ CostModel CostModel::from_part_costs(const nlohmann::json& j, const std::string&
       c.stages_per_node_ = it->get<int>();
     } else if (key == "attn_recompute_F") {
       c.attn_recompute_f_ = seconds(it.value(), where + ".attn_recompute_F");
+    } else if (key == "post_gate_up_F") {
+      c.post_gate_up_f_ = seconds(it.value(), where + ".post_gate_up_F");
+    } else if (key == "post_down_F") {
+      c.post_down_f_ = seconds(it.value(), where + ".post_down_F");
     } else if (key == "version") {
       HP_CHECK(it.value() == 1, "{}: part-cost version {} is not supported (expected 1)", where,
                it->dump());
     } else {
-      fail("{}: unknown key '{}' (known: embed, pre, attn, post, head, link, inter, "
-           "stages_per_node, attn_recompute_F, version)",
-           where, key);
+      fail(
+          "{}: unknown key '{}' (known: embed, pre, attn, post, head, link, inter, "
+          "stages_per_node, attn_recompute_F, post_gate_up_F, post_down_F, version)",
+          where, key);
     }
   }
   return c;
@@ -166,6 +204,8 @@ nlohmann::json CostModel::to_json() const {
   j["inter"] = {{"latency_s", inter_.latency_s}, {"bandwidth_Bps", inter_.bandwidth_Bps}};
   if (stages_per_node_ < (1 << 30)) j["stages_per_node"] = stages_per_node_;
   j["attn_recompute_F"] = attn_recompute_f_;
+  j["post_gate_up_F"] = post_gate_up_f_;
+  j["post_down_F"] = post_down_f_;
   return j;
 }
 
@@ -237,6 +277,9 @@ CostModel CostModel::from_model(const ModelConfig& cfg, int64_t seq_len, int64_t
     }
   }
   c.attn_recompute_f_ = seconds({weights_mode ? qkv_gemm : 0, 0, rotary});
+  // The gate and up GEMMs (GPT: fc1); the gating (GPT: GeLU), the residual copy and the down GEMM.
+  c.post_gate_up_f_ = seconds({(gpt ? 1 : 2) * 2 * T * h * f, 0, 0});
+  c.post_down_f_ = seconds({2 * T * f * h, 0, (gpt ? 2 : 3) * T * f + 2 * T * h});
   c.intra_ = dev.intra;
   c.inter_ = dev.inter;
   c.stages_per_node_ = dev.gpus_per_node;

@@ -28,7 +28,8 @@ class CostModel {
   //    "link":{"latency_s":s,"bandwidth_Bps":B}}
   // Seconds per micro-batch per part. A missing part or direction costs 0; bandwidth 0 = no
   // per-byte cost. Optional: "inter" (a second link for stages on different nodes),
-  // "stages_per_node", "attn_recompute_F", "version". Unknown keys are rejected.
+  // "stages_per_node", "attn_recompute_F", "post_gate_up_F", "post_down_F", "version". Unknown
+  // keys are rejected.
   static CostModel from_part_costs(const nlohmann::json& j, const std::string& where = "part costs");
   // From FLOPs (QKV, O, MLP and LM-head GEMMs at gemm_efficiency; causal core attention ~2*s^2*h
   // forward, 2.5x that backward, at attn_efficiency) and bytes moved by the memory-bound parts
@@ -42,10 +43,18 @@ class CostModel {
   double part_time(PartKind kind, Dir dir) const;
   // Seconds for a compute op: its parts in `op.dir`, plus the forward of op.recompute, plus
   // attention's internal QKV(+rotary) recompute when `policy` is no-attn (docs/memory.md); no
-  // head forward under set_head_in_backward. With `scale`, each part's time in each direction is
-  // multiplied by scale->at(kind, dir) (a stage whose core runs the parts at other speeds than the
-  // profile; attention's QKV recompute and recomputed forwards take the F factor).
+  // head forward under set_head_in_backward. Recomputed posts are charged as Model::run runs them
+  // (post_recompute_extra). With `scale`, each part's time in each direction is multiplied by
+  // scale->at(kind, dir) (a stage whose core runs the parts at other speeds than the profile;
+  // attention's QKV recompute and recomputed forwards take the F factor).
   double op_time(const ComputeOp& op, Recompute policy, const PartTable* scale = nullptr) const;
+  // The extra time of recomputed post number `i` of op.recompute (0 for other parts), over the
+  // post F that op_time charges for it. Model::run (src/model/model.cc) keeps G and U from the
+  // recomputation of one post per op, the first of op.recompute (the last in model order); a
+  // recomputed post whose output nothing after it in the op reads (the first of op.recompute,
+  // unless the op holds the head) stops after G and U: -post_down_F. Every other recomputed post
+  // leaves G and U unkept, so its backward multiplies them out again: +post_gate_up_F.
+  double post_recompute_extra(const ComputeOp& op, size_t i) const;
   // Model FLOPs of an op (no recomputation), for MFU; 0 when the model is not FLOP-based.
   double op_flops(const ComputeOp& op) const;
 
@@ -69,6 +78,11 @@ class CostModel {
   void set_links(LinkProfile intra, LinkProfile inter, int stages_per_node);
   void set_attn_recompute_time(double seconds) { attn_recompute_f_ = seconds; }
   double attn_recompute_time() const { return attn_recompute_f_; }
+  // A post's gate and up GEMMs (what its backward repeats when G and U were not kept) and its
+  // down projection with the gating before it (what a recompute whose output is unread skips).
+  void set_post_recompute_times(double gate_up, double down);
+  double post_gate_up_time() const { return post_gate_up_f_; }
+  double post_down_time() const { return post_down_f_; }
   // Tensor parallelism splits each op's FLOPs over t devices: scales the model FLOPs by `factor`.
   void scale_flops(double factor);
   // Where the LM head's forward (final norm, logits, loss) runs. false (helixpipe's runtime): in
@@ -86,6 +100,8 @@ class CostModel {
   PartTable time_;   // seconds per part kind and direction
   PartTable flops_;  // model FLOPs, likewise
   double attn_recompute_f_ = 0;  // attention's own QKV/rotary recompute under no-attn
+  double post_gate_up_f_ = 0;    // see set_post_recompute_times
+  double post_down_f_ = 0;
   bool head_in_backward_ = false;
   LinkProfile intra_, inter_;
   int stages_per_node_ = 1 << 30;  // all stages on one node unless told
@@ -94,5 +110,12 @@ class CostModel {
   std::string source_ = "default";
 };
 
+// Shares of a post's forward GEMM FLOPs (W_o, then gate and up, or GPT's fc1, then down or fc2):
+// in the gate and up GEMMs, and in the down projection. `profile` splits its measured post F by
+// them into post_gate_up_F and post_down_F (docs/simulator.md).
+struct PostGemmShares {
+  double gate_up = 0, down = 0;
+};
+PostGemmShares post_gemm_shares(const ModelConfig& cfg);
 
 }  // namespace hp

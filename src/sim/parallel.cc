@@ -67,6 +67,9 @@ CostModel parallel_costs(const ModelConfig& cfg, int64_t seq_len, int64_t microb
         c.set_part_time(k, dirs[d], c.part_time(k, dirs[d]) / t + counts[static_cast<int>(k)][d] * coll);
     }
     c.set_attn_recompute_time(c.attn_recompute_time() / t + coll);
+    // The backward's second gate/up needs no collective of its own (it reuses the gathered Z); a
+    // recompute that skips the down projection skips its reduce-scatter too.
+    c.set_post_recompute_times(c.post_gate_up_time() / t, c.post_down_time() / t + coll);
     c.scale_flops(1.0 / t);
   }
   const int group = layout.tp * layout.dp;

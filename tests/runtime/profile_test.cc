@@ -47,6 +47,10 @@ TEST(Profile, CostsArePositiveAndLoadInTheSimulator) {
     for (Dir d : {Dir::kF, Dir::kI, Dir::kW, Dir::kB})
       EXPECT_DOUBLE_EQ(c.part_time(k, d), p.time.at(k, d)) << part_kind_str(k) << dir_str(d);
   EXPECT_DOUBLE_EQ(c.attn_recompute_time(), p.attn_recompute_f);
+  // The post F split by GEMM FLOPs, h = 64, f = 128: W_o 4096, gate + up 16384, down 8192.
+  const double post_f = p.time.at(PartKind::kPost, Dir::kF);
+  EXPECT_DOUBLE_EQ(c.post_gate_up_time(), post_f * 16384 / 28672);
+  EXPECT_DOUBLE_EQ(c.post_down_time(), post_f * 8192 / 28672);
   EXPECT_DOUBLE_EQ(c.latency(0, 1), p.link_latency_s);
 }
 

@@ -97,6 +97,63 @@ TEST(CostModel, PartCostsShapeAndOpTimes) {
   EXPECT_DOUBLE_EQ(back.message_time(0, 1, 2000), 3e-3);
 }
 
+// Recomputed posts as Model::run runs them (src/model/model.cc): the first post of op.recompute
+// (the last in model order) keeps G and U and, when nothing after it in the op reads its output,
+// skips its down projection; every other recomputed post's backward multiplies G and U out again.
+TEST(CostModel, RecomputedPostsKeepOrRedoTheirGateAndUp) {
+  auto j = nlohmann::json::parse(R"({
+    "embed":{"F":0.5,"I":0,"W":0.25}, "pre":{"F":1,"I":2,"W":3}, "attn":{"F":10,"I":20,"W":0},
+    "post":{"F":40,"I":5,"W":6}, "head":{"F":7,"I":8,"W":9}, "attn_recompute_F":2,
+    "post_gate_up_F":24, "post_down_F":12, "link":{"latency_s":0,"bandwidth_Bps":0}})");
+  const CostModel c = CostModel::from_part_costs(j);
+  EXPECT_DOUBLE_EQ(c.post_gate_up_time(), 24);
+  EXPECT_DOUBLE_EQ(c.post_down_time(), 12);
+  // A baseline stage's backward over two layers, in backward order as the generators write it.
+  ComputeOp op;
+  op.dir = Dir::kB;
+  op.parts = {Part::post(2), Part::attn(2), Part::pre(2),
+              Part::post(1), Part::attn(1), Part::pre(1)};
+  op.recompute = recompute_parts(op, Recompute::kNoAttn);
+  ASSERT_EQ(op.recompute.size(), 4u);                    // post:2, pre:2, post:1, pre:1
+  EXPECT_DOUBLE_EQ(c.post_recompute_extra(op, 0), -12);  // post:2: read by nothing, keeps G, U
+  EXPECT_DOUBLE_EQ(c.post_recompute_extra(op, 1), 0);    // pre:2
+  EXPECT_DOUBLE_EQ(c.post_recompute_extra(op, 2), 24);   // post:1: pre:2 reads it, G, U dropped
+  // I + W: 2 x (11 + 20 + 5) = 72; QKV 2 x 2; pre F 2 x 1; post F 40 - 12 and 40 + 24.
+  EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kNoAttn), 72 + 4 + 2 + 28 + 64);
+  // The same stage as the last one: the head reads post:2's output, so it runs whole.
+  op.parts.insert(op.parts.begin(), Part::head());
+  op.recompute = recompute_parts(op, Recompute::kNoAttn);
+  EXPECT_DOUBLE_EQ(c.post_recompute_extra(op, 0), 0);
+  EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kNoAttn), 17 + 72 + 4 + 2 + 40 + 64);
+  // HelixPipe's backward of one post: kept G and U, no down projection.
+  ComputeOp one;
+  one.dir = Dir::kI;
+  one.parts = {Part::post(3)};
+  one.recompute = recompute_parts(one, Recompute::kNoAttn);
+  EXPECT_DOUBLE_EQ(c.op_time(one, Recompute::kNoAttn), 5 + 40 - 12);
+  // Nothing recomputed: nothing extra; the scale's post F factor scales both terms.
+  one.recompute.clear();
+  EXPECT_DOUBLE_EQ(c.op_time(one, Recompute::kNone), 5);
+  PartTable scale;
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs) scale.at(k, d) = 1;
+  scale.at(PartKind::kPost, Dir::kF) = 2;
+  op.recompute = recompute_parts(op, Recompute::kNoAttn);
+  EXPECT_DOUBLE_EQ(c.op_time(op, Recompute::kNoAttn, &scale), 17 + 72 + 4 + 2 + 2 * (40 + 64));
+  // Round trip, and the shares a profile splits a post F by: W_o h^2, gate and up 2hf, down fh.
+  const CostModel back = CostModel::from_part_costs(c.to_json());
+  EXPECT_DOUBLE_EQ(back.post_gate_up_time(), 24);
+  EXPECT_DOUBLE_EQ(back.post_down_time(), 12);
+  ModelConfig cfg;
+  cfg.hidden = 256;
+  cfg.intermediate = 768;
+  const PostGemmShares sh = post_gemm_shares(cfg);  // 65536 + 393216 + 196608
+  EXPECT_DOUBLE_EQ(sh.gate_up, 0.6);
+  EXPECT_DOUBLE_EQ(sh.down, 0.3);
+  j["post_down_F"] = -1;
+  EXPECT_THROW(CostModel::from_part_costs(j), Error);
+}
+
 // A per-part scale multiplies each part's time in each direction by its own factor; attention's
 // QKV recompute under no-attn and every recomputed forward take the F factor of their kind.
 TEST(CostModel, OpTimeWithPartScale) {
@@ -348,6 +405,12 @@ TEST(CostModel, GptFlopsByHand) {
   // Per layer forward, 6sh^2 + 2sh^2 + 16sh^2 + 2s^2h: HELIXPIPE.md's GPT count.
   EXPECT_NEAR(c.op_flops(op), 24.0 * 4 * 64 + 2.0 * 16 * 8, 1e-9);
   EXPECT_NEAR(c.attn_recompute_time(), 1536, 1e-9);  // QKV only: no rotary to rerun
+  // A recomputed post's second fc1 (2*T*h*f = 2048) and its fc2 (2048).
+  EXPECT_NEAR(c.post_gate_up_time(), 2048, 1e-9);
+  EXPECT_NEAR(c.post_down_time(), 2048, 1e-9);
+  const PostGemmShares sh = post_gemm_shares(tiny_gpt());  // h^2 64, fc1 256, fc2 256
+  EXPECT_DOUBLE_EQ(sh.gate_up, 256.0 / 576);
+  EXPECT_DOUBLE_EQ(sh.down, 256.0 / 576);
   const CostModel a = CostModel::from_model(tiny_gpt(), 4, 1, dev, TransferMode::kActivations);
   EXPECT_NEAR(a.part_time(PartKind::kPre, Dir::kF), 1536, 1e-9);
 }
@@ -369,6 +432,9 @@ TEST(CostModel, GptMemoryTrafficByHand) {
   EXPECT_NEAR(elems(PartKind::kPost, Dir::kF), 224 + 256, tol);
   EXPECT_NEAR(elems(PartKind::kPost, Dir::kI), 448 + 3 * 128, tol);  // GeLU': dH, G -> dG
   EXPECT_NEAR(elems(PartKind::kPost, Dir::kW), 2 * 32 + 128, tol);   // b_o, b_fc2, b_fc1
+  // A recompute without fc2 also skips GeLU (256) and the residual copy Y -> X (2*T*h = 64).
+  EXPECT_NEAR(c.post_down_time() / 4, 256 + 64, tol);
+  EXPECT_NEAR(c.post_gate_up_time(), 0, tol);
   const CostModel a = CostModel::from_model(tiny_gpt(), 4, 1, dev, TransferMode::kActivations);
   EXPECT_NEAR(a.part_time(PartKind::kPre, Dir::kW) / 4, 4 * 24, tol);
   EXPECT_NEAR(a.part_time(PartKind::kAttn, Dir::kW) / 4, 0, tol);
