@@ -16,18 +16,16 @@
 //      runtime does in a fused backward (src/model/parts.cc: attn 2, post 4, head 2, embed 1); a
 //      split W pass there re-gathers more (post 3, head 1), which these counts leave out
 //      (docs/tensor-parallel.md).
-//  - PP: the schedule, simulated as usual, with message bytes / t (each TP rank sends its shard
-//  over
+//  - PP: the schedule, simulated as usual, with message bytes / t (each TP rank sends its shard over
 //    its own link at the same time) and the stages of a node = gpus_per_node / (t*d); inter-node
 //    messages of a stage share its network port (SimOptions::shared_nic).
-//  - DP: the gradient all-reduce of each GPU's parameters (bf16, ring: 2 (d-1)/d * bytes / bw),
-//  after
+//  - DP: the gradient all-reduce of each GPU's parameters (bf16, ring: 2 (d-1)/d * bytes / bw), after
 //    the pipeline flush and not overlapped with it (an upper bound; Megatron overlaps part of it).
 //    Intra-node when t*d <= gpus_per_node, else inter-node.
 // Memory per GPU = weights, gradients and optimizer state of the busiest stage's parameters / t
 // (bf16 weight 2 B + fp32 gradient 4 B + fp32 master, Adam m and v 12 B sharded over d: Megatron's
-// distributed optimizer) + the stage's peak activation stash / t + the working memory of one
-// layer's backward (its recomputed activations and gradients / t; with a chunked MLP the T x ffn
+// distributed optimizer) + the stage's peak activation stash / t + the working memory of one layer's
+// backward (its recomputed activations and gradients / t; with a chunked MLP the T x ffn
 // temporaries shrink to chunk x ffn).
 #pragma once
 
