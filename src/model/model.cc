@@ -426,21 +426,15 @@ struct Model::Impl {
     }
     // B or I: recompute what the policy dropped, in model order, then backpropagate.
     require_live(backward_inputs(op.parts[0], ctx[0], L), op);
-    // The last post in model order keeps its G and U for the backward (or, when nothing after it
-    // is recomputed, stops after them): the backward then does not multiply them out again.
-    auto last_post = std::find_if(op.recompute.begin(), op.recompute.end(),
-                                  [](const Part& p) { return p.kind == PartKind::kPost; });
-    // The head is not rerun (ir.h recomputes) but its backward reads X:L+1, post:L's output.
-    const bool head_in_op =
-        std::find(op.parts.begin(), op.parts.end(), Part::head()) != op.parts.end();
+    // Posts keep or redo their G and U, and stop early, as recompute_run says (schedule/ir.h).
     for (auto it = op.recompute.rbegin(); it != op.recompute.rend(); ++it) {
       auto pos = std::find(op.parts.begin(), op.parts.end(), *it);
       HP_CHECK(pos != op.parts.end(), "Model: op '{}' recomputes {}, which it does not run",
                op_str(op), it->str());
-      const bool keep_gu = last_post != op.recompute.end() && *it == *last_post;
-      const bool read_later =
-          std::next(it) != op.recompute.rend() || (head_in_op && *it == Part::post(L));
-      forward(*it, ctx[static_cast<size_t>(pos - op.parts.begin())], true, read_later, keep_gu);
+      const RecomputeRun how =
+          recompute_run(op, static_cast<size_t>(std::distance(it, op.recompute.rend()) - 1));
+      forward(*it, ctx[static_cast<size_t>(pos - op.parts.begin())], true, how.read_later,
+              how.keep_gu);
     }
     const bool split = op.dir == Dir::kI;
     for (size_t i = 0; i < n; ++i) backward(op.parts[i], ctx[i], split);

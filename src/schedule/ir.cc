@@ -1,7 +1,9 @@
 // Part naming and parsing, enum names, derived recompute sets.
 #include "schedule/ir.h"
 
+#include <algorithm>
 #include <charconv>
+#include <cstddef>
 #include <iterator>
 
 #include "util/error.h"
@@ -145,6 +147,19 @@ std::vector<Part> recompute_parts(const ComputeOp& op, Recompute policy) {
   for (const Part& p : op.parts)
     if (recomputes(policy, p.kind)) out.push_back(p);
   return out;
+}
+
+RecomputeRun recompute_run(const ComputeOp& op, size_t i) {
+  const Part& p = op.recompute.at(i);
+  const auto first_post = std::find_if(op.recompute.begin(), op.recompute.end(),
+                                       [](const Part& q) { return q.kind == PartKind::kPost; });
+  const bool head_in_op =
+      std::find(op.parts.begin(), op.parts.end(), Part::head()) != op.parts.end();
+  RecomputeRun r;
+  r.keep_gu = p.kind == PartKind::kPost &&
+              first_post == op.recompute.begin() + static_cast<std::ptrdiff_t>(i);
+  r.read_later = i != 0 || (head_in_op && p.kind == PartKind::kPost);
+  return r;
 }
 
 std::vector<std::string> recompute_policy_names() {

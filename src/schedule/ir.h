@@ -173,6 +173,21 @@ struct Schedule {
 // rotary internally; see docs/memory.md.)
 std::vector<Part> recompute_parts(const ComputeOp& op, Recompute policy);
 
+// How Model::run (src/model/model.cc) replays part number `i` of op.recompute before the op's
+// backward; CostModel::op_time (src/sim/cost_model.h) charges the same.
+//   keep_gu:    the first post of op.recompute (the last in model order) keeps its gate and up
+//               values for the backward; every other recomputed post leaves them, so its backward
+//               multiplies them out again.
+//   read_later: something after it in the op reads its output: true for every part but the first
+//               of op.recompute, and for the first too when it is a post and the op holds the head
+//               (the head's backward reads the last post's output). A post whose output nothing
+//               reads stops after its gate and up values.
+struct RecomputeRun {
+  bool keep_gu = false;
+  bool read_later = false;
+};
+RecomputeRun recompute_run(const ComputeOp& op, size_t i);
+
 // The schedule's policy as one word: recompute_str() of it when every stage follows the same one,
 // else "mixed" (stage_recompute then says which).
 std::string recompute_label(const Schedule& s);

@@ -93,17 +93,9 @@ double CostModel::op_time(const ComputeOp& op, Recompute policy, const PartTable
 double CostModel::post_recompute_extra(const ComputeOp& op, size_t i) const {
   const Part& p = op.recompute.at(i);
   if (p.kind != PartKind::kPost) return 0;
-  // Mirrors Model::run: keep_gu for the first post of op.recompute; read_later for every part
-  // but the first, and for the first too when the op holds the head (it is then post:L, whose
-  // output the head's backward reads).
-  const auto first_post = std::find_if(op.recompute.begin(), op.recompute.end(),
-                                       [](const Part& q) { return q.kind == PartKind::kPost; });
-  const bool keep_gu = first_post == op.recompute.begin() + static_cast<std::ptrdiff_t>(i);
-  const bool head_in_op =
-      std::find(op.parts.begin(), op.parts.end(), Part::head()) != op.parts.end();
-  const bool read_later = i != 0 || head_in_op;
-  if (!read_later) return -post_down_f_;
-  return keep_gu ? 0.0 : post_gate_up_f_;
+  const RecomputeRun how = recompute_run(op, i);
+  if (!how.read_later) return -post_down_f_;
+  return how.keep_gu ? 0.0 : post_gate_up_f_;
 }
 
 void CostModel::set_post_recompute_times(double gate_up, double down) {

@@ -49,11 +49,10 @@ class CostModel {
   // attention's QKV recompute and recomputed forwards take the F factor).
   double op_time(const ComputeOp& op, Recompute policy, const PartTable* scale = nullptr) const;
   // The extra time of recomputed post number `i` of op.recompute (0 for other parts), over the
-  // post F that op_time charges for it. Model::run (src/model/model.cc) keeps G and U from the
-  // recomputation of one post per op, the first of op.recompute (the last in model order); a
-  // recomputed post whose output nothing after it in the op reads (the first of op.recompute,
-  // unless the op holds the head) stops after G and U: -post_down_F. Every other recomputed post
-  // leaves G and U unkept, so its backward multiplies them out again: +post_gate_up_F.
+  // post F that op_time charges for it, as recompute_run (schedule/ir.h) says Model::run replays
+  // it: the post that keeps G and U costs nothing extra; one whose output nothing reads stops after
+  // G and U (-post_down_F); every other one leaves G and U unkept, so its backward multiplies them
+  // out again (+post_gate_up_F).
   double post_recompute_extra(const ComputeOp& op, size_t i) const;
   // Model FLOPs of an op (no recomputation), for MFU; 0 when the model is not FLOP-based.
   double op_flops(const ComputeOp& op) const;
