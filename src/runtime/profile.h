@@ -29,7 +29,7 @@ struct ProfileOptions {
   TransferMode transfer = TransferMode::kWeights;
   Precision precision = Precision::fp32();  // the policy the parts run in (docs/precision.md)
   uint64_t seed = 1;
-  // Also run each pass again under no-attn to measure attention's QKV recompute
+  // Also time attention's own QKV(+rotary) recompute under no-attn once per pass
   // (attn_recompute_f; 0 when off).
   bool measure_attn_recompute = true;
   // Link: measured with an in-process memcpy of one activation message unless given (> 0).
@@ -82,6 +82,11 @@ class PartTimer {
   // One pass under `policy`: seconds of one part of each kind per micro-batch, F, I and W (the
   // per-layer kinds averaged over the layers), on ProfileOptions' clock.
   PartTable pass(Recompute policy);
+  // Seconds of the work attention's backward adds under no-attn, timed alone on the same backend
+  // and clock: rebuilding QKVr of one micro-batch from A and W_qkv (weights mode) or from QKV
+  // (activations mode), the projection and the rotary (Model::run's make_qkvr). One untimed call,
+  // then the median of `repeats`.
+  double qkv_recompute(int repeats = 3);
 
  private:
   struct State;

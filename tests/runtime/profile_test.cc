@@ -41,6 +41,11 @@ TEST(Profile, CostsArePositiveAndLoadInTheSimulator) {
   EXPECT_GT(p.link_bandwidth_Bps, 0);
   EXPECT_GE(p.link_latency_s, 0);
   EXPECT_EQ(p.message_bytes, 256 * 64 * 4);
+  // Attention's own QKV + rotary rebuild under no-attn, timed alone: some of attention's work,
+  // not a whole attention pass.
+  EXPECT_GT(p.attn_recompute_f, 0);
+  EXPECT_LT(p.attn_recompute_f,
+            p.time.at(PartKind::kAttn, Dir::kF) + p.time.at(PartKind::kAttn, Dir::kI));
 
   const CostModel c = CostModel::from_part_costs(p.to_json(), "test");
   for (PartKind k : kPartKinds)
