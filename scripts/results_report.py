@@ -174,7 +174,8 @@ A(f"- Run at {machine['date']} on commit `{machine['commit']}`, {machine.get('se
   "2-vCPU VM: its cores change speed over minutes (another tenant on the same physical core), "
   "which is why each benchmark run is calibrated first (below).")
 A(f"- Model ([{rel}/model.json]({rel}/model.json)): h=256, ffn 768, 4 heads, 8 layers, vocab 256, "
-  "fp32, micro-batch 1 sequence, M=4 micro-batches per step; sequence lengths "
+  f"{info0.get('precision', 'fp32')} compute, micro-batch 1 sequence, M=4 micro-batches per step; "
+  "sequence lengths "
   + ", ".join(str(s) for s in seqs) + ".\n")
 
 A("## How to read the P=2 tables\n")
