@@ -226,6 +226,43 @@ TEST_P(CpuKernelsTest, AttentionRepeatableAcrossCalls) {
   EXPECT_EQ(o_a, o_b);
 }
 
+// The fp32 GEMM, cut into one block of C's rows (M >= N) or columns per thread when big enough,
+// against the double reference: every transpose, padded leading dimensions, alpha and beta, sizes
+// that are and are not multiples of the blocks; C's padding is left alone. Sums of K <= 64
+// products: 1e-5 of the output's magnitude.
+TEST_P(CpuKernelsTest, GemmSharedOverThreadsMatchesReference) {
+  struct Shape {
+    int64_t M, N, K;
+  };
+  uint32_t seed = 300;
+  for (const Shape sh : {Shape{300, 70, 50}, Shape{40, 333, 64}, Shape{129, 128, 33},
+                         Shape{100, 60, 17}, Shape{1, 500, 8}}) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
+      SCOPED_TRACE(::testing::Message() << "M=" << sh.M << " N=" << sh.N << " K=" << sh.K
+                                        << " trans_a=" << ta << " trans_b=" << tb);
+      const int64_t lda = (ta ? sh.M : sh.K) + 3, ldb = (tb ? sh.K : sh.N) + 5, ldc = sh.N + 7;
+      const FVec a = randn(static_cast<size_t>((ta ? sh.K : sh.M) * lda), ++seed);
+      const FVec b = randn(static_cast<size_t>((tb ? sh.N : sh.K) * ldb), ++seed);
+      const FVec c0 = randn(static_cast<size_t>(sh.M * ldc), ++seed);
+      const DVec ad = to_d(a), bd = to_d(b);
+      DVec cd = to_d(c0);
+      ref_->gemm(ta, tb, sh.M, sh.N, sh.K, 0.5, ad.data(), lda, bd.data(), ldb, 0.75, cd.data(),
+                 ldc);
+      for (Kernels* k : {k1_.get(), k2_.get()}) {
+        FVec c = c0;
+        k->gemm(ta, tb, sh.M, sh.N, sh.K, 0.5, a.data(), lda, b.data(), ldb, 0.75, c.data(), ldc);
+        EXPECT_LT(rel_err(c.data(), cd.data(), static_cast<size_t>(sh.M * sh.N),
+                          static_cast<size_t>(ldc), static_cast<size_t>(sh.N)),
+                  1e-5)
+            << (k == k1_.get() ? "1 thread" : "2 threads");
+        for (int64_t r = 0; r < sh.M; ++r)
+          for (int64_t j = sh.N; j < ldc; ++j) ASSERT_EQ(c[r * ldc + j], c0[r * ldc + j]);
+      }
+    }
+  }
+}
+
 // Ranks run as threads may share one backend object: concurrent calls (each with its own shape)
 // give the same bits as the same calls made one after the other.
 TEST_P(CpuKernelsTest, ConcurrentCallsOnOneObject) {

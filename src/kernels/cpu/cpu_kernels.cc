@@ -8,6 +8,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -63,6 +64,49 @@ struct Workspace {
 
 int resolve_threads(int threads) { return cpu_threads(threads); }
 
+// One single-threaded OpenBLAS sgemm (row-major).
+void sgemm1(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+            int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(M), static_cast<blasint>(N),
+              static_cast<blasint>(K), alpha, A, static_cast<blasint>(lda), B,
+              static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
+}
+
+// C = alpha op(A) op(B) + beta C on `threads` OpenMP threads: the longer of C's two sides is cut
+// into one contiguous block per thread (multiples of 16 rows or columns, the kernels' register
+// width), each block one single-threaded sgemm. OpenBLAS keeps one thread: Debian's build has its
+// own pthread pool, and with that pool and the OpenMP threads of every other kernel here on the
+// same cores, each pool spun while the other worked (a 2-thread fp32 training step of the small
+// preset at s=256 ran at half its 1-thread speed). A product too small to share runs whole on
+// the caller.
+void sgemm_omp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc, int threads) {
+  constexpr int64_t kAlign = 16, kMinBlock = 64;
+  const bool by_rows = M >= N;
+  const int64_t n = by_rows ? M : N;
+  const int64_t parts = std::min<int64_t>(threads, n / kMinBlock);
+  if (parts <= 1) {
+    sgemm1(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  const int64_t block = ((n + parts - 1) / parts + kAlign - 1) / kAlign * kAlign;
+  const int team = static_cast<int>(parts);
+#pragma omp parallel for num_threads(team) schedule(static)
+  for (int64_t t = 0; t < parts; ++t) {
+    const int64_t lo = t * block, len = std::min(n, lo + block) - lo;
+    if (len <= 0) continue;
+    if (by_rows)  // rows lo.. of C are rows lo.. of op(A)
+      sgemm1(trans_a, trans_b, len, N, K, alpha, trans_a ? A + lo : A + lo * lda, lda, B, ldb, beta,
+             C + lo * ldc, ldc);
+    else  // columns lo.. of C are columns lo.. of op(B)
+      sgemm1(trans_a, trans_b, M, len, K, alpha, A, lda, trans_b ? B + lo * ldb : B + lo, ldb, beta,
+             C + lo, ldc);
+  }
+}
+
 // Values of any of the three types read as double (generic host loops: convert, sum_squares).
 double read_any(ConstDataPtr p, int64_t i) {
   switch (p.dtype) {
@@ -84,7 +128,7 @@ class CpuKernels final : public Kernels {
         ops_(isa == CpuIsa::kAvx2 ? cpu::avx2_ops() : cpu::avx512_ops()),
         b16_(isa == CpuIsa::kAvx512Bf16 && cpu::Bf16Gemm::available() ? &cpu::avx512bf16_ops()
                                                                         : nullptr) {
-    openblas_set_num_threads(threads_);
+    openblas_set_num_threads(1);  // the GEMMs share out their work themselves (sgemm_omp)
   }
   std::string name() const override { return std::string("cpu-") + cpu_isa_name(isa_); }
   bool supports(const Precision& p) const override {
@@ -101,14 +145,10 @@ class CpuKernels final : public Kernels {
     }
     if (A.dtype != DType::kF32) unsupported("gemm", A.dtype);
     if (M == 0 || N == 0) return;
-    // OpenBLAS has one global thread count; several backends with different counts may coexist.
-    if (openblas_get_num_threads() != threads_) openblas_set_num_threads(threads_);
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
-                static_cast<blasint>(N), static_cast<blasint>(K), static_cast<float>(alpha),
-                A.as<float>(), static_cast<blasint>(lda), B.as<float>(),
-                static_cast<blasint>(ldb), static_cast<float>(beta), C.as<float>(),
-                static_cast<blasint>(ldc));
+    // OpenBLAS's thread count is global to the process: something else may have changed it.
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+    sgemm_omp(trans_a, trans_b, M, N, K, static_cast<float>(alpha), A.as<float>(), lda,
+              B.as<float>(), ldb, static_cast<float>(beta), C.as<float>(), ldc, threads_);
   }
 
   void rmsnorm_forward(DataPtr y, DataPtr rstd, ConstDataPtr x, ConstDataPtr g, int64_t rows,
