@@ -36,14 +36,31 @@ constexpr int kMR = 6, kNV = 4;  // 24 accumulators + 4 B vectors + 1 broadcast
 
 // C[MR x NV*16] (+)= A B over K = 2 * kp_n (see the file comment for the layouts; lda in bf16
 // elements, ldb in 32-bit pairs).
+// With acc and cscale, C's old columns are first scaled by cscale (one factor per column: the
+// forward's rescaling of O^T by alpha, fused into the load).
 template <int MR, int NV>
 HP_ALWAYS_INLINE void micro(int64_t kp_n, const u16* A, int64_t lda, const uint32_t* B, int64_t ldb,
-                            float* C, int64_t ldc, bool acc) {
+                            float* C, int64_t ldc, bool acc, const float* cscale) {
   __m512 c[MR][NV];
+  if (!acc) {
 #pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m)
+    for (int m = 0; m < MR; ++m)
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) c[m][v] = acc ? vload(C + m * ldc + v * 16) : vzero();
+      for (int v = 0; v < NV; ++v) c[m][v] = vzero();
+  } else if (cscale) {
+    __m512 s[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) s[v] = vload(cscale + v * 16);
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) c[m][v] = vmul(vload(C + m * ldc + v * 16), s[v]);
+  } else {
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) c[m][v] = vload(C + m * ldc + v * 16);
+  }
   for (int64_t kp = 0; kp < kp_n; ++kp) {
     __m512bh b[NV];
 #pragma GCC unroll 8
@@ -64,42 +81,46 @@ HP_ALWAYS_INLINE void micro(int64_t kp_n, const u16* A, int64_t lda, const uint3
     for (int v = 0; v < NV; ++v) vstore(C + m * ldc + v * 16, c[m][v]);
 }
 
+// Rows [0, M) of one column block: full blocks of kMR rows, then the remaining rows (kept out of
+// the loop so the common case is a direct call).
 template <int NV>
-void micro_rows(int mr, int64_t kp_n, const u16* A, int64_t lda, const uint32_t* B, int64_t ldb,
-                float* C, int64_t ldc, bool acc) {
+void micro_block(int64_t M, int64_t kp_n, const u16* A, int64_t lda, const uint32_t* B, int64_t ldb,
+                 float* C, int64_t ldc, bool acc, const float* cscale) {
+  static_assert(kMR == 6, "the tail below dispatches 1..5 rows");
+  int64_t m0 = 0;
+  for (; m0 + kMR <= M; m0 += kMR)
+    micro<kMR, NV>(kp_n, A + m0 * lda, lda, B, ldb, C + m0 * ldc, ldc, acc, cscale);
+  const u16* At = A + m0 * lda;
+  float* Ct = C + m0 * ldc;
   // clang-format off
-  switch (mr) {
-    case 6: micro<6, NV>(kp_n, A, lda, B, ldb, C, ldc, acc); break;
-    case 5: micro<5, NV>(kp_n, A, lda, B, ldb, C, ldc, acc); break;
-    case 4: micro<4, NV>(kp_n, A, lda, B, ldb, C, ldc, acc); break;
-    case 3: micro<3, NV>(kp_n, A, lda, B, ldb, C, ldc, acc); break;
-    case 2: micro<2, NV>(kp_n, A, lda, B, ldb, C, ldc, acc); break;
-    default: micro<1, NV>(kp_n, A, lda, B, ldb, C, ldc, acc); break;
+  switch (M - m0) {
+    case 5: micro<5, NV>(kp_n, At, lda, B, ldb, Ct, ldc, acc, cscale); break;
+    case 4: micro<4, NV>(kp_n, At, lda, B, ldb, Ct, ldc, acc, cscale); break;
+    case 3: micro<3, NV>(kp_n, At, lda, B, ldb, Ct, ldc, acc, cscale); break;
+    case 2: micro<2, NV>(kp_n, At, lda, B, ldb, Ct, ldc, acc, cscale); break;
+    case 1: micro<1, NV>(kp_n, At, lda, B, ldb, Ct, ldc, acc, cscale); break;
+    default: break;
   }
   // clang-format on
 }
 
 // C[M x N] (+)= A[M x 2 kp_n] B[2 kp_n x N]; N a multiple of 16. kp_n == 0 with acc = false
-// zeroes C.
+// zeroes C. cscale (N factors, or null): see micro.
 void gemm_tile(int64_t M, int64_t N, int64_t kp_n, const u16* A, int64_t lda, const uint32_t* B,
-               int64_t ldb, float* C, int64_t ldc, bool acc) {
-  static_assert(kMR == 6, "micro_rows dispatches 1..6 rows");
+               int64_t ldb, float* C, int64_t ldc, bool acc, const float* cscale = nullptr) {
   for (int64_t n0 = 0; n0 < N; n0 += kNV * 16) {
     const int nv = static_cast<int>(std::min<int64_t>(kNV, (N - n0) / 16));
-    for (int64_t m0 = 0; m0 < M; m0 += kMR) {
-      const int mr = static_cast<int>(std::min<int64_t>(kMR, M - m0));
-      const u16* Am = A + m0 * lda;
-      float* Cm = C + m0 * ldc + n0;
-      const uint32_t* Bn = B + n0;
-      // clang-format off
-      switch (nv) {
-        case 4: micro_rows<4>(mr, kp_n, Am, lda, Bn, ldb, Cm, ldc, acc); break;
-        case 3: micro_rows<3>(mr, kp_n, Am, lda, Bn, ldb, Cm, ldc, acc); break;
-        case 2: micro_rows<2>(mr, kp_n, Am, lda, Bn, ldb, Cm, ldc, acc); break;
-        default: micro_rows<1>(mr, kp_n, Am, lda, Bn, ldb, Cm, ldc, acc); break;
-      }
-      // clang-format on
+    const uint32_t* Bn = B + n0;
+    float* Cn = C + n0;
+    const float* sn = cscale ? cscale + n0 : nullptr;
+    // clang-format off
+    switch (nv) {
+      case 4: micro_block<4>(M, kp_n, A, lda, Bn, ldb, Cn, ldc, acc, sn); break;
+      case 3: micro_block<3>(M, kp_n, A, lda, Bn, ldb, Cn, ldc, acc, sn); break;
+      case 2: micro_block<2>(M, kp_n, A, lda, Bn, ldb, Cn, ldc, acc, sn); break;
+      default: micro_block<1>(M, kp_n, A, lda, Bn, ldb, Cn, ldc, acc, sn); break;
     }
+    // clang-format on
   }
 }
 
@@ -157,20 +178,12 @@ void pack_t(const u16* src, int64_t ld, int64_t seq, int64_t j0, int64_t j1, int
   }
 }
 
-// Rows 2i and 2i+1 of `rows` f32 rows (stride T, width T) as T bf16 pairs per output row i
-// (dst[i*T + c] = (lo: row 2i, hi: row 2i+1)); a row >= nrows reads as 0.
-void pair_rows(const float* src, int64_t nrows, uint32_t* dst) {
+// 16 columns of two f32 rows as 16 bf16 pairs (lo: row lo, hi: row hi), each rounded to nearest
+// even: the pair form the micro-kernel's B operand reads.
+HP_ALWAYS_INLINE __m512i pair16(__m512 lo, __m512 hi) {
   const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                        23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  for (int64_t i = 0; 2 * i < nrows; ++i) {
-    const float* lo = src + 2 * i * T;
-    const bool has_hi = 2 * i + 1 < nrows;
-    for (int64_t c = 0; c < T; c += 16) {
-      const __m512 hi = has_hi ? vload(lo + T + c) : vzero();
-      const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, vload(lo + c)));
-      _mm512_storeu_si512(dst + i * T + c, _mm512_permutexvar_epi16(idx, both));
-    }
-  }
+  return _mm512_permutexvar_epi16(idx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
 }
 
 // Row r of out (bf16, d values) = mul[r] * column r of src (f32, d x T, stride T), for r < n.
@@ -217,21 +230,28 @@ size_t fwd_thread_floats(const Dims& m) {
 }
 
 // Causal softmax step over S^T (keys x queries, nk keys): scores times scale, the running max mx
-// and sum l of each query (a lane) updated, alpha = the factor the old O must be scaled by; S^T
-// becomes P^T (f32).
-void softmax_t(float* St, int64_t nk, float scale, float* mx, float* l, float* alpha) {
+// and sum l of each query (a lane) updated, alpha = the factor the old O must be scaled by; P^T is
+// written in pairs of keys (PTp[i][r] = keys 2i, 2i+1 of query r; a key >= nk reads as 0), the
+// form the O^T product reads, straight from the registers.
+void softmax_t(const float* St, int64_t nk, float scale, float* mx, float* l, float* alpha,
+               uint32_t* PTp) {
   const __m512 vs = vset1(scale);
   for (int64_t r = 0; r < T; r += 16) {
     __m512 vm = vload(St + r);
     for (int64_t c = 1; c < nk; ++c) vm = vmax(vm, vload(St + c * T + r));
     const __m512 mold = vload(mx + r);
     const __m512 mnew = vmax(mold, vmul(vm, vs));
-    const __m512 a = vexp(vsub(mold, mnew));  // 0 on the first tile (mold = -inf)
+    const __m512 a = vexp_softmax(vsub(mold, mnew));  // 0 on the first tile (mold = -inf)
     __m512 sum = vzero();
-    for (int64_t c = 0; c < nk; ++c) {
-      const __m512 p = vexp(_mm512_fmsub_ps(vload(St + c * T + r), vs, mnew));
-      vstore(St + c * T + r, p);
-      sum = vadd(sum, p);
+    for (int64_t c = 0; c < nk; c += 2) {
+      const __m512 p0 = vexp_softmax(_mm512_fmsub_ps(vload(St + c * T + r), vs, mnew));
+      sum = vadd(sum, p0);
+      __m512 p1 = vzero();
+      if (c + 1 < nk) {
+        p1 = vexp_softmax(_mm512_fmsub_ps(vload(St + (c + 1) * T + r), vs, mnew));
+        sum = vadd(sum, p1);
+      }
+      _mm512_storeu_si512(PTp + (c / 2) * T + r, pair16(p0, p1));
     }
     vstore(l + r, vfmadd(vload(l + r), a, sum));
     vstore(mx + r, mnew);
@@ -284,14 +304,9 @@ void attn_bf16_fwd(const AttnShape& s, const bf16* q, const bf16* k, const bf16*
       const int64_t k0 = kt * T, nk = std::min<int64_t>(T, s.seq - k0);
       gemm_tile(nk, T, m.dh, k_head + k0 * s.ld_qkv, s.ld_qkv, QTp, T, St, T, false);
       if (kt == qt) mask_tile_t(St, nk, q0, k0);
-      softmax_t(St, nk, m.scale, mx, l, alpha);
-      pair_rows(St, nk, PTp);
-      if (kt > 0) {
-        for (int64_t c = 0; c < m.d; ++c)
-          for (int64_t r = 0; r < T; r += 16)
-            vstore(OT + c * T + r, vmul(vload(OT + c * T + r), vload(alpha + r)));
-      }
-      gemm_tile(m.d, T, (nk + 1) / 2, vt_head + k0, m.sp, PTp, T, OT, T, kt > 0);
+      softmax_t(St, nk, m.scale, mx, l, alpha, PTp);
+      // O^T = alpha O^T + V^T P^T, the rescaling done as the accumulators are loaded.
+      gemm_tile(m.d, T, (nk + 1) / 2, vt_head + k0, m.sp, PTp, T, OT, T, kt > 0, alpha);
     }
     for (int64_t r = 0; r < nq; ++r) {
       inv[r] = 1.0f / l[r];
@@ -369,25 +384,30 @@ BwdThread bwd_thread(float* base, const Dims& m) {
   return t;
 }
 
-// P = exp(scale S - lse) and dS = P (dP - D) for nq rows of one tile (dS holds dP on entry); the
-// rounded pair forms and bf16 rows the products read are written alongside.
+// P = exp(scale S - lse) and dS = P (dP - D) for nq rows of one tile (w.P holds S and w.dS holds
+// dP on entry; both are only read): P and dS go out in pairs of rows (a row >= nq reads as 0) for
+// the dV^T and dK^T products and dS as bf16 rows for the dQ product, straight from the registers.
 void softmax_grad(const BwdThread& w, int64_t nq, int64_t q0, const float* lse_h, const float* D,
                   float scale) {
   const __m512 vs = vset1(scale);
-  for (int64_t r = 0; r < nq; ++r) {
-    float* Pr = w.P + r * T;
-    float* dSr = w.dS + r * T;
-    const __m512 l = vset1(lse_h[q0 + r]), dr = vset1(D[q0 + r]);
+  for (int64_t r = 0; r < nq; r += 2) {
+    const bool hi = r + 1 < nq;
+    const __m512 l0 = vset1(lse_h[q0 + r]), d0 = vset1(D[q0 + r]);
+    const __m512 l1 = vset1(hi ? lse_h[q0 + r + 1] : 0.0f), d1 = vset1(hi ? D[q0 + r + 1] : 0.0f);
     for (int64_t c = 0; c < T; c += 16) {
-      const __m512 p = vexp(_mm512_fmsub_ps(vload(Pr + c), vs, l));
-      const __m512 ds = vmul(p, vsub(vload(dSr + c), dr));
-      vstore(Pr + c, p);
-      vstore(dSr + c, ds);
-      bstore(w.dSb + r * T + c, ds);
+      const __m512 p0 = vexp_softmax(_mm512_fmsub_ps(vload(w.P + r * T + c), vs, l0));
+      const __m512 ds0 = vmul(p0, vsub(vload(w.dS + r * T + c), d0));
+      bstore(w.dSb + r * T + c, ds0);
+      __m512 p1 = vzero(), ds1 = vzero();
+      if (hi) {
+        p1 = vexp_softmax(_mm512_fmsub_ps(vload(w.P + (r + 1) * T + c), vs, l1));
+        ds1 = vmul(p1, vsub(vload(w.dS + (r + 1) * T + c), d1));
+        bstore(w.dSb + (r + 1) * T + c, ds1);
+      }
+      _mm512_storeu_si512(w.Pp + (r / 2) * T + c, pair16(p0, p1));
+      _mm512_storeu_si512(w.dSp + (r / 2) * T + c, pair16(ds0, ds1));
     }
   }
-  pair_rows(w.P, nq, w.Pp);
-  pair_rows(w.dS, nq, w.dSp);
 }
 
 }  // namespace
@@ -531,9 +551,8 @@ void attn_bf16_bwd(const AttnShape& s, const bf16* q, const bf16* k, const bf16*
     const int64_t b = bh / s.heads, h = bh % s.heads, kh = h / m.group;
     const int64_t kt_begin = cut[grp], kt_end = cut[grp + 1];
     if (kt_begin == kt_end) return;
-    const int64_t r_begin = kt_begin * T;  // first query row this group touches
     const BwdThread w = bwd_thread(per_thread + tid * bwd_thread_floats(m), m);
-    float* dQ = dQs + (bh * ns + grp) * head_sz;  // [sp][dp], rows >= r_begin
+    float* dQ = dQs + (bh * ns + grp) * head_sz;  // [sp][dp], rows from kt_begin * T on
     const u16* qh = raw(q) + b * s.seq * s.ld_qkv + h * m.d;
     const u16* doh = raw(dout) + b * s.seq * s.ld_o + h * m.d;
     const u16* qt_h = QT + bh * t_sz;
@@ -541,7 +560,6 @@ void attn_bf16_bwd(const AttnShape& s, const bf16* q, const bf16* k, const bf16*
     const float* lse_h = lse + (b * s.heads + h) * s.seq;
     const float* D_h = D + bh * m.sp;
     const int64_t kvi = b * s.kv_heads + kh;
-    std::memset(dQ + r_begin * m.dp, 0, sizeof(float) * (m.sp - r_begin) * m.dp);
     for (int64_t kt = kt_begin; kt < kt_end; ++kt) {
       const int64_t k0 = kt * T, nk = std::min<int64_t>(T, s.seq - k0);
       const uint32_t* kt_tile = KTp + kvi * pt_sz + kt * m.dh * T;
@@ -557,7 +575,9 @@ void attn_bf16_bwd(const AttnShape& s, const bf16* q, const bf16* k, const bf16*
         // dV^T += dO^T P, dK^T += Q^T dS (1/sqrt(d) applied when storing), dQ += dS K.
         gemm_tile(m.d, T, (nq + 1) / 2, dot_h + q0, m.sp, w.Pp, T, w.dVt, T, !first);
         gemm_tile(m.d, T, (nq + 1) / 2, qt_h + q0, m.sp, w.dSp, T, w.dKt, T, !first);
-        gemm_tile(nq, m.dp, (nk + 1) / 2, w.dSb, T, k_pairs, m.dp, dQ + q0 * m.dp, m.dp, true);
+        // The group's first key tile reaches every row it owns: it writes, later ones add.
+        gemm_tile(nq, m.dp, (nk + 1) / 2, w.dSb, T, k_pairs, m.dp, dQ + q0 * m.dp, m.dp,
+                  kt > kt_begin);
       }
       store_cols(w.dKt, nk, m.d, m.scale, dKh + bh * head_sz + k0 * m.dp, m.dp);
       store_cols(w.dVt, nk, m.d, 1.0f, dVh + bh * head_sz + k0 * m.dp, m.dp);

@@ -267,10 +267,10 @@ void attn_fwd(const AttnShape& s, const float* q, const float* k, const float* v
         for (int64_t c = 1; c < nk; ++c) vm = vmax(vm, vload(St + c * T + r));
         const vf mold = vload(mx + r);
         const vf mnew = vmax(mold, vm);
-        const vf a = vexp(vsub(mold, mnew));  // 0 on the first tile (mold = -inf)
+        const vf a = vexp_softmax(vsub(mold, mnew));  // 0 on the first tile (mold = -inf)
         vf sum = vzero();
         for (int64_t c = 0; c < nk; ++c) {
-          const vf p = vexp(vsub(vload(St + c * T + r), mnew));
+          const vf p = vexp_softmax(vsub(vload(St + c * T + r), mnew));
           vstore(St + c * T + r, p);
           sum = vadd(sum, p);
         }
@@ -474,7 +474,7 @@ void attn_bwd(const AttnShape& s, const float* q, const float* k, const float* v
           float* dSr = dS + r * T;
           const vf l = vset1(lse_h[q0 + r]), dr = vset1(D[q0 + r]);
           for (int64_t c = 0; c < T; c += kW) {
-            const vf p = vexp(vsub(vload(Pr + c), l));
+            const vf p = vexp_softmax(vsub(vload(Pr + c), l));
             vstore(Pr + c, p);
             vstore(dSr + c, vmul(p, vsub(vload(dSr + c), dr)));
           }
