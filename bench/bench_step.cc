@@ -12,7 +12,9 @@
 //       [--vocab 256] [--ffn 768] [--mlp-chunk 0] [--recompute
 //       none|full|no-attn]
 //       [--precision fp32|bf16] [--torch] [--torch-alloc
-//       auto|jemalloc|tcmalloc|glibc]
+//       auto|jemalloc|tcmalloc|glibc] [--no-torch-untuned]
+// --no-torch-untuned skips the untuned PyTorch run (a labelled comparison only, and at s=8192 on
+// one thread it alone takes tens of minutes); the tuned runs, the baseline, always run.
 // Memory cap for both (the torch child inherits it): prlimit --as=BYTES
 // build/bench/bench_step ... Model FLOPs per step (no recomputation counted):
 // 3x every matmul of the forward, and causal attention counted once per FLOP as
@@ -72,7 +74,7 @@ struct Args {
           ffn = 768, mlp_chunk = 0;
   int threads = 1, steps = 5, warmup = 1;
   std::string recompute = "none", precision = "fp32", torch_alloc = "auto";
-  bool torch = false;
+  bool torch = false, torch_untuned = true;
 };
 
 Args parse(int argc, char **argv) {
@@ -119,6 +121,8 @@ Args parse(int argc, char **argv) {
       a.torch_alloc = next();
     else if (k == "--torch")
       a.torch = true;
+    else if (k == "--no-torch-untuned")
+      a.torch_untuned = false;
     else
       hp::fail("bench_step: unknown flag '{}' (see the usage at the top of "
                "bench_step.cc)",
@@ -225,7 +229,11 @@ void compare_torch(const Args &a, const StepResult &f32,
                                 a.threads, a.steps,  std::max(a.warmup, 2)};
   const std::string tuned_env = hp::bench::torch_alloc_env(a.torch_alloc);
   const auto tuned = hp::bench::run_torch(ta, tuned_env, "fp32", HP_SOURCE_DIR);
-  const auto untuned = hp::bench::run_torch(ta, "", "fp32", HP_SOURCE_DIR);
+  hp::bench::TorchResult untuned;
+  if (a.torch_untuned)
+    untuned = hp::bench::run_torch(ta, "", "fp32", HP_SOURCE_DIR);
+  else
+    untuned.why = "skipped (--no-torch-untuned)";
   hp::bench::TorchResult tuned16;
   if (b16)
     tuned16 = hp::bench::run_torch(ta, tuned_env, "bf16", HP_SOURCE_DIR);
