@@ -72,7 +72,7 @@ void run_training(TrainEngine& engine, const TrainRequest& f, const TrainPlan& p
   const int64_t first_step = st.step;
   const double step_flops = train_step_flops(cfg, global);
   // MFU against the peak of every rank together (per-rank peak x ranks).
-  const MfuPeak peak = resolve_mfu_peak(f);
+  const MfuPeak peak = resolve_mfu_peak(f, plan.state.precision);
   const double peak_gflops = peak.gflops * launch.ranks;
   if (launch.root) {
     fmt::print("train: {} ({} layers, hidden {}, heads {}/{} kv, vocab {}, {} parameters)\n",

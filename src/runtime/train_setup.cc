@@ -12,14 +12,20 @@
 
 namespace hp {
 
-MfuPeak resolve_mfu_peak(const TrainRequest& f) {
+MfuPeak resolve_mfu_peak(const TrainRequest& f, const std::string& precision) {
   if (f.peak_gflops > 0) return {f.peak_gflops, fmt::format("{:.0f} GFLOP/s (--peak-gflops)", f.peak_gflops)};
   // The thread count the CPU kernels resolve (--threads, OMP_NUM_THREADS or the usable cores).
   const int threads = cpu_threads(f.threads);
-  const double per_core = device_profile("cpu").peak_flops / 1e9;
+  const DeviceProfile& cpu = device_profile("cpu");
+  // A profile quoted in fp32 (one FMA per lane) counts double for bf16: vdpbf16ps does two
+  // products per lane in one instruction (oneDNN's bf16 GEMMs run at 2.0-2.1x OpenBLAS's sgemm
+  // here, docs/model.md); against the fp32 figure a bf16 run would read above 100%.
+  const bool twice = precision == "bf16" && cpu.dtype == "fp32";
+  const double per_core = cpu.peak_flops / 1e9 * (twice ? 2 : 1);
   return {per_core * threads,
-          fmt::format("{:.0f} GFLOP/s = cpu profile {:.0f} x {} thread{}", per_core * threads,
-                      per_core, threads, threads == 1 ? "" : "s")};
+          fmt::format("{:.0f} GFLOP/s = cpu profile {:.0f}{} x {} thread{}", per_core * threads,
+                      cpu.peak_flops / 1e9, twice ? " x 2 for bf16" : "", threads,
+                      threads == 1 ? "" : "s")};
 }
 
 TokenSource open_data(const std::string& path, const std::string& format, int64_t vocab) {

@@ -78,13 +78,14 @@ struct TrainPlan {
 };
 
 // The peak MFU is reported against, per process: --peak-gflops when given, else the `cpu` device
-// profile's peak (configs/devices/cpu.json: per core) times the compute threads of the process.
-// `what` says which, for the header line.
+// profile's peak (configs/devices/cpu.json: per core, fp32) times the compute threads of the
+// process, doubled when `precision` (the resolved one: fp32 or bf16) is bf16. `what` says which,
+// for the header line.
 struct MfuPeak {
   double gflops = 0;
   std::string what;
 };
-MfuPeak resolve_mfu_peak(const TrainRequest& f);
+MfuPeak resolve_mfu_peak(const TrainRequest& f, const std::string& precision);
 
 // Checks the request (a clear hp::Error for each bad combination) and resolves it. On --resume,
 // only the flags in f.given override the saved settings.

@@ -405,6 +405,8 @@ TEST_F(CliTest, PrecisionFlagReachesTheModel) {
   const CmdResult a = helixpipe("train " + common + " --log=" + path("a.jsonl"));
   ASSERT_EQ(a.rc, 0) << a.out;
   EXPECT_NE(a.out.find("bf16 on"), std::string::npos) << a.out;
+  // MFU against the bf16 rate: twice the cpu profile's fp32 figure.
+  EXPECT_NE(a.out.find(" x 2 for bf16 x 1 thread"), std::string::npos) << a.out;
   ASSERT_EQ(helixpipe("train " + common + " --stop-after=3 --save=" + path("b") + " --log=" +
                       path("b.jsonl"))
                 .rc,
@@ -421,6 +423,8 @@ TEST_F(CliTest, PrecisionFlagReachesTheModel) {
                                  " --threads=1 --precision=fp32 --stop-after=4");
   ASSERT_EQ(b3.rc, 0) << b3.out;
   EXPECT_NE(b3.out.find("resuming a run trained in bf16 in fp32"), std::string::npos) << b3.out;
+  EXPECT_EQ(b3.out.find("for bf16"), std::string::npos) << b3.out;
+  EXPECT_NE(b3.out.find("MFU against"), std::string::npos) << b3.out;
 
   // Kernels without bf16 (forced here): auto falls back to fp32, an explicit bf16 is refused.
   ::setenv("HP_CPU_ISA", "avx512", 1);
