@@ -3,7 +3,9 @@
 # measurement; docs/tensor-parallel.md "Measured"): for each sequence length, a part-cost profile
 # (its MPI ping-pong gives the link the simulator charges), then `bench` of one model as
 #   T=2 x P=1 (1f1b), P=2 x T=1 (1f1b and helix F=1), D=2 x P=1 (1f1b),
-# each M micro-batches per replica, the median of STEPS timed steps after one warm-up.
+# each M micro-batches per replica, the median of STEPS timed steps after one warm-up, with the
+# simulator's step prediction from the profile (calibrated per step; not for D=2, whose gradient
+# all-reduce bench does not model).
 # Usage: scripts/tp_bench.sh [OUT_DIR]   (env: MODEL=small SEQS="4096 16384" M=4 STEPS=3 HP=build/helixpipe)
 # Run on an otherwise idle machine. OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are unset here (they
 # halve sgemm on this machine).
@@ -41,6 +43,7 @@ python3 - "$OUT" $SEQS <<'PY'
 import json, sys
 out, seqs = sys.argv[1], sys.argv[2:]
 print(f"{'s':>6} {'layout':<16} {'tokens/s':>9} {'vs P=2 1f1b':>11} {'MiB/rank':>9} "
+      f"{'step':>8} {'predicted':>9} {'error':>7} "
       f"{'TP comm':>9} {'transfer':>9} {'link model':>10} {'error':>7}")
 for s in seqs:
     rows = []
@@ -52,8 +55,11 @@ for s in seqs:
     for l, r in rows:
         tp, tr, pred = r.get("tp_comm_s"), r.get("tp_transfer_s"), r.get("tp_comm_pred_s")
         err = f"{100 * (pred - tr) / tr:+.1f}%" if tr else "-"
+        step, ps = r["step_s"], r.get("predicted_step_s")
+        serr = f"{100 * (ps - step) / step:+.1f}%" if ps else "-"
         print(f"{s:>6} {l:<16} {r['tokens_per_s']:>9.0f} {r['tokens_per_s'] / base:>11.3f} "
               f"{r['peak_rank_bytes'] / 2**20:>9.1f} "
+              f"{step:>7.3f}s {(f'{ps:.3f}s' if ps else '-'):>9} {serr:>7} "
               f"{(f'{tp:.3f} s' if tp else '-'):>9} {(f'{tr:.3f} s' if tr else '-'):>9} "
               f"{(f'{pred:.3f} s' if pred else '-'):>10} {err:>7}")
 PY

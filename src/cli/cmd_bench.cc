@@ -48,7 +48,7 @@ void print_header(const BenchRequest& f, int layers, const Precision& prec,
              "store MiB meas");
 }
 
-void print_prediction_legend() {
+void print_prediction_legend(int tensor_parallel) {
   fmt::print(
       "predicted: the simulator on the part costs, each stage's parts scaled by its core's\n"
       "  calibration (a pass of one layer's parts before every timed step and after the last,\n"
@@ -56,6 +56,12 @@ void print_prediction_legend() {
       "  replay: the simulator given each stage's measured compute time, so its error is the\n"
       "  schedule, bubble and communication model alone. stash pred '=': equal to the\n"
       "  measured bytes.\n");
+  if (tensor_parallel > 1)
+    fmt::print(
+        "  With T = {}: each part's cost / T plus its sequence-parallel collectives on the group\n"
+        "  link below (sim/parallel.h shard_costs; the calibration scales only the compute), a\n"
+        "  stage's calibration being its group's slowest rank, stash and messages per rank.\n",
+        tensor_parallel);
 }
 
 // One row of the table and its per-rank lines.
@@ -193,7 +199,7 @@ int cmd_bench(int argc, char** argv) {
     const std::string transport =
         world ? fmt::format("MPI (mpirun, {} ranks)", world->size())
               : fmt::format("LocalWorld ({} threads of one process)", f.stages * f.grid());
-    const bool predict_steps = cost && f.grid() == 1;
+    const bool predict_steps = cost && f.data_parallel == 1;
 
     if (root) print_header(f, L, prec, transport);
     BenchCallbacks cb;
@@ -203,10 +209,11 @@ int cmd_bench(int argc, char** argv) {
     cb.row = [&](const BenchRow& x) { print_row(x, f); };
     const nlohmann::json rows =
         run_bench(world.get(), f, cfg, prec, variants, policies, cost, transport, cb);
-    if (root && predict_steps) print_prediction_legend();
+    if (root && predict_steps) print_prediction_legend(f.tensor_parallel);
     if (root && cost && !predict_steps)
-      fmt::print("predicted: the step is not predicted with --data-parallel or --tensor-parallel "
-                 "(the\n  part costs are one rank's).\n");
+      fmt::print(
+          "predicted: the step is not predicted with --data-parallel (the simulator's "
+          "pipeline is\n  one replica; its gradient all-reduce is not modelled here).\n");
     if (root && f.tensor_parallel > 1)
       fmt::print("tensor-parallel: the slowest rank's time inside the group's collectives (waits "
                  "included),\n  split into the transfer (per collective, the group's shortest time) and waiting for "

@@ -11,6 +11,7 @@
 #include "model/value_store.h"
 #include "schedule/generate.h"
 #include "schedule/lower.h"
+#include "sim/parallel.h"
 #include "sim/timeline.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -189,6 +190,18 @@ void add_prediction(BenchRow& x, const ScheduleSpec& spec, const CostSetup& cost
   x.pred = std::move(p);
 }
 
+// The prediction's cost setup for one rank of a tensor-parallel group: the profile's (whole-stage)
+// part costs through shard_costs on the link the group's own collectives showed in this run, and
+// the stash and messages per rank (/ T).
+CostSetup tensor_parallel_setup(const CostSetup& whole, const BenchRequest& r,
+                                const ModelConfig& cfg, const LinkProfile& group_link) {
+  CostSetup c = whole;
+  const double act_bytes = static_cast<double>(r.seq_len * cfg.hidden) * whole.elem_bytes.compute;
+  c.cost = shard_costs(whole.cost, r.tensor_parallel, act_bytes, group_link);
+  c.layout.tp = r.tensor_parallel;
+  return c;
+}
+
 }  // namespace
 
 void check_bench_request(const BenchRequest& f, int ranks) {
@@ -254,8 +267,9 @@ nlohmann::json run_bench(Comm* world, const BenchRequest& r, const ModelConfig& 
   BenchSetup setup{cfg, r.seq_len, r.threads, r.steps, prec, &tokens, &targets};
   setup.data_parallel = r.data_parallel;
   setup.tensor_parallel = r.tensor_parallel;
-  // The simulator's step prediction and the core calibration model one rank per stage.
-  const bool predict_steps = cost && r.grid() == 1;
+  // The simulator's step prediction and the core calibration model one pipeline (a stage of T
+  // ranks through shard_costs), not D replicas and their all-reduce.
+  const bool predict_steps = cost && r.data_parallel == 1;
 
   nlohmann::json rows = nlohmann::json::array();
   std::set<std::pair<std::string, int>> done;  // (schedule label, policy) already measured
@@ -309,7 +323,9 @@ nlohmann::json run_bench(Comm* world, const BenchRequest& r, const ModelConfig& 
           measured_tl->num_stages = r.stages;
           measured_tl->title = "measured: " + v->label + " (" + transport + ")";
         }
-        add_prediction(x, spec, *cost, m, run.cal, measured_tl ? &*measured_tl : nullptr,
+        const CostSetup pc =
+            r.tensor_parallel > 1 ? tensor_parallel_setup(*cost, r, cfg, m.tp_link) : *cost;
+        add_prediction(x, spec, pc, m, run.cal, measured_tl ? &*measured_tl : nullptr,
                        r.timeline_path);
         timeline_written = timeline_written || want_tl;
       }

@@ -247,12 +247,25 @@ Calibration calibrate(const std::vector<std::vector<PartTable>>& times, const Co
   return c;
 }
 
+std::vector<PartTable> slowest_of_groups(const std::vector<PartTable>& ranks, int t) {
+  HP_CHECK(t >= 1 && !ranks.empty() && ranks.size() % static_cast<size_t>(t) == 0,
+           "internal: {} ranks do not make groups of {}", ranks.size(), t);
+  std::vector<PartTable> out(ranks.size() / static_cast<size_t>(t));
+  for (size_t r = 0; r < ranks.size(); ++r)
+    for (PartKind k : kPartKinds)
+      for (Dir d : kPartDirs) {
+        double& x = out[r / static_cast<size_t>(t)].at(k, d);
+        x = std::max(x, ranks[r].at(k, d));
+      }
+  return out;
+}
+
 CalibratedRun measure_calibrated(Comm* world, const Schedule& sch, const BenchSetup& b,
                                  const CostModel* cost, bool want_timeline) {
   CalibratedRun out;
-  HP_CHECK(!cost || b.data_parallel * b.tensor_parallel == 1,
-           "bench: core calibration runs one stage per rank; use --no-calibrate with "
-           "--data-parallel or --tensor-parallel");
+  HP_CHECK(!cost || b.data_parallel == 1,
+           "bench: core calibration models one pipeline; use --no-calibrate with "
+           "--data-parallel");
   std::vector<std::vector<PartTable>> times;  // [pass][stage], rank 0's after the exchange
   auto run_on = [&](Comm& c) {
     // Each rank keeps a one-layer model of the same shape and times its parts before every timed
@@ -291,10 +304,11 @@ CalibratedRun measure_calibrated(Comm* world, const Schedule& sch, const BenchSe
     if (c.rank() != 0) return;
     out.m = std::move(m);
     for (size_t k = 0; k < mine.size(); ++k) {
-      times.emplace_back();
+      std::vector<PartTable> ranks;
       for (int q = 0; q < c.size(); ++q)
-        times.back().push_back(
+        ranks.push_back(
             get_cells(&all[(k * static_cast<size_t>(c.size()) + static_cast<size_t>(q)) * kCells]));
+      times.push_back(slowest_of_groups(ranks, b.tensor_parallel));
     }
   };
   if (world) {

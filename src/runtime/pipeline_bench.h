@@ -88,9 +88,16 @@ struct Calibration {
 // pre + attn + post factor.
 Calibration calibrate(const std::vector<std::vector<PartTable>>& times, const CostModel& cost);
 
+// A tensor-parallel stage's calibration pass from its t ranks' (ranks q*t .. q*t + t - 1 of
+// `ranks` make stage q, with D = 1): cell by cell the slowest rank's, since every collective inside
+// a part waits for the group's last rank.
+std::vector<PartTable> slowest_of_groups(const std::vector<PartTable>& ranks, int t);
+
 // One schedule's run for bench: measure_pipeline with, when `cost` is given, the calibration passes
-// between the steps (calibration needs D = T = 1). On `world` when given (D x P x T ranks), else on
-// as many in-process ranks (LocalWorld). The result is rank 0's (empty elsewhere).
+// between the steps (calibration needs D = 1; with T > 1 every rank times the whole one-layer
+// parts and each stage takes its group's slowest, slowest_of_groups). On `world` when given (D x P
+// x T ranks), else on as many in-process ranks (LocalWorld). The result is rank 0's (empty
+// elsewhere).
 struct CalibratedRun {
   Measured m;
   std::optional<Calibration> cal;  // with a cost model

@@ -64,6 +64,23 @@ void CostModel::scale_flops(double factor) {
   flops_ *= factor;
 }
 
+void CostModel::set_collective_times(const PartTable& parts, double attn_recompute,
+                                     double post_down) {
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs)
+      HP_CHECK(parts.at(k, d) >= 0 && parts.at(k, d) <= time_.at(k, d) * (1 + 1e-12),
+               "set_collective_times: {} {}: {} s of collectives in a part of {} s",
+               part_kind_str(k), dir_str(d), parts.at(k, d), time_.at(k, d));
+  HP_CHECK(attn_recompute >= 0 && attn_recompute <= attn_recompute_f_ * (1 + 1e-12) &&
+               post_down >= 0 && post_down <= post_down_f_ * (1 + 1e-12),
+           "set_collective_times: recompute collectives ({} s, {} s) outside the charges ({} s, "
+           "{} s)",
+           attn_recompute, post_down, attn_recompute_f_, post_down_f_);
+  comm_ = parts;
+  attn_recompute_comm_ = attn_recompute;
+  post_down_comm_ = post_down;
+}
+
 void CostModel::set_links(LinkProfile intra, LinkProfile inter, int stages_per_node) {
   HP_CHECK(stages_per_node >= 1, "stages_per_node must be >= 1, got {}", stages_per_node);
   intra_ = intra;
@@ -72,20 +89,29 @@ void CostModel::set_links(LinkProfile intra, LinkProfile inter, int stages_per_n
 }
 
 double CostModel::op_time(const ComputeOp& op, Recompute policy, const PartTable* scale) const {
-  auto factor = [&](PartKind k, Dir d) { return scale ? scale->at(k, d) : 1.0; };
+  // A core's factor scales the compute; the seconds inside collectives stay as they are.
+  auto scaled = [&](double seconds, double comm, PartKind k, Dir d) {
+    return scale ? (seconds - comm) * scale->at(k, d) + comm : seconds;
+  };
+  auto part = [&](const Part& p, Dir d) {
+    return scaled(part_time(p, d), comm_.at(p.kind, d), p.kind, d);
+  };
   double t = 0;
   for (const Part& p : op.parts) {
     if (!(head_in_backward_ && p.kind == PartKind::kHead && op.dir == Dir::kF))
-      t += op.dir == Dir::kB ? part_time(p, Dir::kI) * factor(p.kind, Dir::kI) +
-                                   part_time(p, Dir::kW) * factor(p.kind, Dir::kW)
-                             : part_time(p, op.dir) * factor(p.kind, op.dir);
+      t += op.dir == Dir::kB ? part(p, Dir::kI) + part(p, Dir::kW) : part(p, op.dir);
     if (policy == Recompute::kNoAttn && p.kind == PartKind::kAttn &&
         (op.dir == Dir::kB || op.dir == Dir::kI))
-      t += attn_recompute_f_ * factor(PartKind::kAttn, Dir::kF);
+      t += scaled(attn_recompute_f_, attn_recompute_comm_, PartKind::kAttn, Dir::kF);
   }
   for (size_t i = 0; i < op.recompute.size(); ++i) {
     const Part& p = op.recompute[i];
-    t += (part_time(p, Dir::kF) + post_recompute_extra(op, i)) * factor(p.kind, Dir::kF);
+    // A recomputed post whose output nothing reads skips its down projection and the collective
+    // after it (post_recompute_extra < 0 by post_down_F).
+    const double extra = post_recompute_extra(op, i);
+    const double extra_comm = extra < 0 ? -post_down_comm_ : 0.0;
+    t += scaled(part_time(p, Dir::kF) + extra, comm_.at(p.kind, Dir::kF) + extra_comm, p.kind,
+                Dir::kF);
   }
   return t;
 }

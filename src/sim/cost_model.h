@@ -46,7 +46,8 @@ class CostModel {
   // head forward under set_head_in_backward. Recomputed posts are charged as Model::run runs them
   // (post_recompute_extra). With `scale`, each part's time in each direction is multiplied by
   // scale->at(kind, dir) (a stage whose core runs the parts at other speeds than the profile;
-  // attention's QKV recompute and recomputed forwards take the F factor).
+  // attention's QKV recompute and recomputed forwards take the F factor); the seconds a part
+  // spends in tensor-parallel collectives (set_collective_times) are not scaled.
   double op_time(const ComputeOp& op, Recompute policy, const PartTable* scale = nullptr) const;
   // The extra time of recomputed post number `i` of op.recompute (0 for other parts), over the
   // post F that op_time charges for it, as recompute_run (schedule/ir.h) says Model::run replays
@@ -84,6 +85,12 @@ class CostModel {
   double post_down_time() const { return post_down_f_; }
   // Tensor parallelism splits each op's FLOPs over t devices: scales the model FLOPs by `factor`.
   void scale_flops(double factor);
+  // Of each part time, and of the attention-QKV and post-down recompute charges, the seconds inside
+  // the tensor-parallel group's collectives (sim/parallel.h shard_costs). They are part of the
+  // times above; op_time's per-core `scale` leaves them alone, since a slower core does not slow
+  // the link. Each must be >= 0 and at most the time it is part of.
+  void set_collective_times(const PartTable& parts, double attn_recompute, double post_down);
+  double collective_time(PartKind kind, Dir dir) const { return comm_.at(kind, dir); }
   // Where the LM head's forward (final norm, logits, loss) runs. false (helixpipe's runtime): in
   // the F op that holds the head, which keeps the log-sum-exp; its backward recomputes the logits
   // block by block. true (the reference code): in the head's backward, whose logits pass then
@@ -98,6 +105,8 @@ class CostModel {
  private:
   PartTable time_;   // seconds per part kind and direction
   PartTable flops_;  // model FLOPs, likewise
+  PartTable comm_;   // of time_, the seconds inside TP collectives (set_collective_times)
+  double attn_recompute_comm_ = 0, post_down_comm_ = 0;
   double attn_recompute_f_ = 0;  // attention's own QKV/rotary recompute under no-attn
   double post_gate_up_f_ = 0;    // see set_post_recompute_times
   double post_down_f_ = 0;

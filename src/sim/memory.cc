@@ -7,11 +7,12 @@
 
 #include "schedule/lower.h"
 #include "schedule/values.h"
+#include "util/error.h"
 
 namespace hp {
 
 std::vector<int64_t> stash_peaks(const Schedule& s, const ModelConfig& cfg, int64_t tokens,
-                                 ElemBytes eb) {
+                                 ElemBytes eb, int tp) {
   const int p = s.num_stages, L = s.layers;
   const ScheduleIndex index(s);  // the same PartContext the lowering and the runtime use
   std::vector<int64_t> peaks(p, 0);
@@ -20,14 +21,14 @@ std::vector<int64_t> stash_peaks(const Schedule& s, const ModelConfig& cfg, int6
     int64_t bytes = 0;
     auto add = [&](const std::vector<Value>& vs, int mb) {
       for (const Value& v : vs)
-        if (held[{v, mb}]++ == 0) bytes += value_elems(v, cfg, tokens) * eb.of(v.kind);
+        if (held[{v, mb}]++ == 0) bytes += value_elems(v, cfg, tokens, tp) * eb.of(v.kind);
     };
     auto drop = [&](const std::vector<Value>& vs, int mb) {
       for (const Value& v : vs) {
         auto it = held.find({v, mb});
         if (it == held.end()) continue;
         if (--it->second == 0) {
-          bytes -= value_elems(v, cfg, tokens) * eb.of(v.kind);
+          bytes -= value_elems(v, cfg, tokens, tp) * eb.of(v.kind);
           held.erase(it);
         }
       }
@@ -65,6 +66,15 @@ std::vector<int64_t> stash_peaks(const Schedule& s, const ModelConfig& cfg, int6
       peaks[r] = std::max(peaks[r], bytes);
     }
   }
+  return peaks;
+}
+
+std::vector<int64_t> rank_stash_peaks(const Schedule& s, const ModelConfig& cfg, int64_t tokens,
+                                      ElemBytes eb, int tp) {
+  HP_CHECK(tp >= 1, "rank_stash_peaks: tp must be >= 1 (got {})", tp);
+  if (tensor_parallel_divides(cfg, tp, tokens)) return stash_peaks(s, cfg, tokens, eb, tp);
+  std::vector<int64_t> peaks = stash_peaks(s, cfg, tokens, eb);
+  for (int64_t& p : peaks) p /= tp;
   return peaks;
 }
 

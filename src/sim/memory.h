@@ -17,9 +17,16 @@ namespace hp {
 // weight_stash, which the W op frees. A value two parts hold is counted once. Whether attention is
 // remote and whether a part feeds the next one in its op come from ScheduleIndex::context. The peak
 // is taken after each op, at `eb` bytes per element of each value kind for micro-batches of
-// `tokens`.
+// `tokens`; with `tp` > 1, one rank's of a tensor-parallel group (value_elems' per-rank sizes; tp
+// must divide the model, check_tensor_parallel).
 std::vector<int64_t> stash_peaks(const Schedule& s, const ModelConfig& cfg, int64_t tokens,
-                                 ElemBytes eb);
+                                 ElemBytes eb, int tp = 1);
+
+// One rank's peak stash per stage in a tensor-parallel group of `tp`: stash_peaks with `tp` where
+// the group divides the model (exact: the loss's log-sum-exp, for one, is whole on every rank),
+// else the stage's peak / tp. Every rank of a group holds the same, so a group holds tp times it.
+std::vector<int64_t> rank_stash_peaks(const Schedule& s, const ModelConfig& cfg, int64_t tokens,
+                                      ElemBytes eb, int tp);
 
 // Bytes one forward op keeps for its backward (the same count stash_peaks makes for an F op):
 // `parts` run as one op in model order under `policy`, every part on this stage (no remote

@@ -45,6 +45,31 @@ double dp_allreduce_time(double bytes, int d, const LinkProfile& link) {
   return per + 2 * (d - 1) * link.latency_s;
 }
 
+int tp_collectives(PartKind k, Dir d) {
+  static constexpr int kCounts[5][3] = {{1, 0, 1}, {0, 0, 0}, {1, 1, 1}, {3, 3, 1}, {1, 2, 0}};
+  HP_CHECK(d != Dir::kB, "tp_collectives: ask for I and W (B = I + W)");
+  return kCounts[static_cast<int>(k)][d == Dir::kF ? 0 : d == Dir::kI ? 1 : 2];
+}
+
+CostModel shard_costs(CostModel c, int t, double act_bytes, const LinkProfile& link) {
+  HP_CHECK(t >= 1 && act_bytes >= 0, "shard_costs: t = {} and act_bytes = {} must be >= 1 and >= 0",
+           t, act_bytes);
+  if (t == 1) return c;
+  const double coll = tp_collective_time(act_bytes, t, link);
+  PartTable comm;
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs) {
+      comm.at(k, d) = tp_collectives(k, d) * coll;
+      c.set_part_time(k, d, c.part_time(k, d) / t + comm.at(k, d));
+    }
+  c.set_attn_recompute_time(c.attn_recompute_time() / t + coll);
+  // The backward's second gate/up needs no collective of its own (it reuses the gathered Z).
+  c.set_post_recompute_times(c.post_gate_up_time() / t, c.post_down_time() / t + coll);
+  c.set_collective_times(comm, coll, coll);
+  c.scale_flops(1.0 / t);
+  return c;
+}
+
 CostModel parallel_costs(const ModelConfig& cfg, int64_t seq_len, int64_t microbatch_size,
                          const DeviceProfile& dev, TransferMode transfer, const Layout& layout) {
   HP_CHECK(layout.tp >= 1 && layout.pp >= 1 && layout.dp >= 1, "layout {}: every degree must be >= 1",
@@ -53,24 +78,10 @@ CostModel parallel_costs(const ModelConfig& cfg, int64_t seq_len, int64_t microb
            "layout {}: tensor parallelism of {} does not fit in a node of {} GPUs ({}); use TP <= {}",
            layout.str(), layout.tp, dev.gpus_per_node, dev.name, dev.gpus_per_node);
   CostModel c = CostModel::from_model(cfg, seq_len, microbatch_size, dev, transfer);
-  const int t = layout.tp;
-  if (t > 1) {
+  if (layout.tp > 1) {
     const double act_bytes =
         static_cast<double>(seq_len * microbatch_size * cfg.hidden) * dev.bytes_per_elem();
-    const double coll = tp_collective_time(act_bytes, t, dev.intra);
-    // Collectives per (part, F/I/W); see parallel.h.
-    const int counts[5][3] = {{1, 0, 1}, {0, 0, 0}, {1, 1, 1}, {3, 3, 1}, {1, 2, 0}};
-    for (PartKind k : {PartKind::kEmbed, PartKind::kPre, PartKind::kAttn, PartKind::kPost,
-                       PartKind::kHead}) {
-      const Dir dirs[3] = {Dir::kF, Dir::kI, Dir::kW};
-      for (int d = 0; d < 3; ++d)
-        c.set_part_time(k, dirs[d], c.part_time(k, dirs[d]) / t + counts[static_cast<int>(k)][d] * coll);
-    }
-    c.set_attn_recompute_time(c.attn_recompute_time() / t + coll);
-    // The backward's second gate/up needs no collective of its own (it reuses the gathered Z); a
-    // recompute that skips the down projection skips its reduce-scatter too.
-    c.set_post_recompute_times(c.post_gate_up_time() / t, c.post_down_time() / t + coll);
-    c.scale_flops(1.0 / t);
+    c = shard_costs(std::move(c), layout.tp, act_bytes, dev.intra);
   }
   const int group = layout.tp * layout.dp;
   c.set_links(dev.intra, dev.inter, std::max(1, dev.gpus_per_node / group));
@@ -209,7 +220,8 @@ PlanResult evaluate(const PlanCase& pc, const ModelConfig& cfg_in, int64_t seq_l
     r.error = err.what();
     return r;
   }
-  auto peaks = stash_peaks(s, cfg, tokens, e);
+  auto peaks = rank_stash_peaks(s, cfg, tokens, e, lay.tp);
+  for (int64_t& q : peaks) q *= lay.tp;  // the whole TP group's, as gpu_memory takes it
   const double stash = static_cast<double>(*std::max_element(peaks.begin(), peaks.end()));
   const bool uneven = !r.c.stage_layers.empty();
   const double params = uneven ? plan_max_params(cfg, r.c.stage_layers, lay.tp)

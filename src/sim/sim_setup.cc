@@ -96,9 +96,9 @@ SimRun simulate_spec(const ScheduleSpec& spec_in, const CostSetup& c, bool recor
   opt.stage_part_scale = stage_part_scale;
   run.result = simulate(run.schedule, c.cost, opt);
   if (cfg) {
-    auto peaks = stash_peaks(run.schedule, *cfg, c.tokens_per_mb, c.elem_bytes);
-    for (size_t r = 0; r < peaks.size(); ++r)
-      run.result.stages[r].peak_activation_bytes = peaks[r] / c.layout.tp;
+    const auto peaks =
+        rank_stash_peaks(run.schedule, *cfg, c.tokens_per_mb, c.elem_bytes, c.layout.tp);
+    for (size_t r = 0; r < peaks.size(); ++r) run.result.stages[r].peak_activation_bytes = peaks[r];
   }
   return run;
 }

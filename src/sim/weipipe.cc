@@ -248,8 +248,8 @@ PlanResult weipipe_evaluate(const PlanCase& pc, const ModelConfig& cfg, int64_t 
   one.layers = L;
   one.recompute = pc.recompute;
   one.transfer = pc.transfer;
-  const auto peaks = stash_peaks(generate(one), cfg, tokens, e);
-  r.memory = weipipe_memory(cfg, lay, tokens, static_cast<double>(peaks[0]), e);
+  const auto peaks = rank_stash_peaks(generate(one), cfg, tokens, e, lay.tp);
+  r.memory = weipipe_memory(cfg, lay, tokens, static_cast<double>(peaks[0] * lay.tp), e);
   r.fits = r.memory.total() <= memory_bytes;
   if (!r.fits && !simulate_all) return r;
   WeiPipeOptions opt;

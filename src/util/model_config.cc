@@ -318,12 +318,16 @@ nlohmann::json ModelConfig::to_hf_json() const {
   return j;
 }
 
+bool tensor_parallel_divides(const ModelConfig& cfg, int tp, int64_t tokens) {
+  return tp >= 1 && cfg.heads % tp == 0 && cfg.kv_heads % tp == 0 && cfg.intermediate % tp == 0 &&
+         cfg.vocab % tp == 0 && (tokens <= 0 || tokens % tp == 0);
+}
+
 void check_tensor_parallel(const ModelConfig& cfg, int tp, int64_t tokens) {
   auto divides = [&](int64_t n) {
-    return cfg.heads % n == 0 && cfg.kv_heads % n == 0 && cfg.intermediate % n == 0 &&
-           cfg.vocab % n == 0 && (tokens <= 0 || tokens % n == 0);
+    return tensor_parallel_divides(cfg, static_cast<int>(n), tokens);
   };
-  if (tp >= 1 && divides(tp)) return;
+  if (divides(tp)) return;
   std::string ok;
   for (int64_t n = 1; n <= cfg.kv_heads; ++n)
     if (divides(n)) ok += (ok.empty() ? "" : ", ") + std::to_string(n);

@@ -92,6 +92,8 @@ struct ModelConfig {
 // key/value heads, the MLP width and (sequence parallelism) a micro-batch's `tokens` (<= 0: not
 // checked) into tp equal parts: throws hp::Error naming the numbers and the group sizes that work.
 void check_tensor_parallel(const ModelConfig& cfg, int tp, int64_t tokens = 0);
+// Whether check_tensor_parallel accepts `tp` (without throwing).
+bool tensor_parallel_divides(const ModelConfig& cfg, int tp, int64_t tokens = 0);
 
 // Built-in presets by name ("tiny", "small", ...), documented in docs/formats.md.
 const std::vector<std::pair<std::string, ModelConfig>>& model_presets();

@@ -223,9 +223,14 @@ TEST(CompareCli, TensorAndDataParallelLayouts) {
       const double full = a["pair_bytes"][k]["bytes"], half = b["pair_bytes"][k]["bytes"];
       EXPECT_NEAR(half, full / 2, 1e4) << a["label"];
     }
-    for (size_t st = 0; st < a["stages"].size(); ++st)
-      EXPECT_EQ(b["stages"][st]["peak_activation_bytes"].get<int64_t>(),
-                a["stages"][st]["peak_activation_bytes"].get<int64_t>() / 2);
+    // Each TP rank holds half a stage's stash, plus half of the loss's log-sum-exp (whole on every
+    // rank: 16384 x 2 bytes per micro-batch, at most 8 in flight).
+    for (size_t st = 0; st < a["stages"].size(); ++st) {
+      const int64_t whole = a["stages"][st]["peak_activation_bytes"].get<int64_t>();
+      const int64_t rank = b["stages"][st]["peak_activation_bytes"].get<int64_t>();
+      EXPECT_GE(rank, whole / 2);
+      EXPECT_LE(rank, whole / 2 + 8 * 16384 * 2);
+    }
     // Half the compute per GPU, plus the SP collectives: faster, but not twice as fast.
     EXPECT_LT(b["makespan"].get<double>(), a["makespan"].get<double>());
     EXPECT_GT(b["makespan"].get<double>(), a["makespan"].get<double>() / 2);

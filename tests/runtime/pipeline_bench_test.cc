@@ -135,6 +135,34 @@ TEST(PipelineBench, CalibrationTakesEachCellsMedianOverThePasses) {
   EXPECT_THROW(calibrate({{pass(1.0)}, {pass(1.0), pass(1.0)}}, cost), Error);
 }
 
+// A tensor-parallel stage's calibration pass is its group's slowest rank, cell by cell: four ranks
+// in two groups of two, rank 1 slow in attention, rank 2 slow in post.
+TEST(PipelineBench, EachTensorParallelStageTakesItsSlowestRanksPass) {
+  auto pass = [](double a) {
+    PartTable t;
+    for (PartKind k : kPartKinds)
+      for (Dir d : kPartDirs) t.at(k, d) = a;
+    return t;
+  };
+  std::vector<PartTable> ranks = {pass(1), pass(1), pass(2), pass(1.5)};
+  ranks[1].at(PartKind::kAttn, Dir::kI) = 4;
+  ranks[2].at(PartKind::kPost, Dir::kF) = 3;
+  const std::vector<PartTable> st = slowest_of_groups(ranks, 2);
+  ASSERT_EQ(st.size(), 2u);
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs) {
+      const bool attn_i = k == PartKind::kAttn && d == Dir::kI;
+      const bool post_f = k == PartKind::kPost && d == Dir::kF;
+      EXPECT_DOUBLE_EQ(st[0].at(k, d), attn_i ? 4 : 1);
+      EXPECT_DOUBLE_EQ(st[1].at(k, d), post_f ? 3 : 2);
+    }
+  // One rank per stage: unchanged.
+  const std::vector<PartTable> same = slowest_of_groups(ranks, 1);
+  ASSERT_EQ(same.size(), 4u);
+  EXPECT_DOUBLE_EQ(same[3].at(PartKind::kPre, Dir::kW), 1.5);
+  EXPECT_THROW(slowest_of_groups(ranks, 3), Error);
+}
+
 // With a cost model the run is calibrated between its steps: steps + 1 passes on every stage.
 TEST(PipelineBench, CalibrationPassesSurroundEveryTimedStep) {
   const int P = TinyBench::P;

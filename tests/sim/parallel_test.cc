@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "schedule/generate.h"
 #include "sim/memory.h"
 #include "util/error.h"
@@ -79,6 +81,65 @@ TEST(Parallel, TensorParallelDividesComputeAndAddsSequenceParallelCollectives) {
   EXPECT_THROW(parallel_costs(cfg, s, 1, dev, TransferMode::kWeights, {16, 1, 1}), Error);
 }
 
+// shard_costs on hand-made whole-stage costs (the numbers of cost_model_test's
+// RecomputedPostsKeepOrRedoTheirGateAndUp), t = 2, a 1 MB activation on a link of 10 us and
+// 1 GB/s: one collective sends half the activation, 0.5e-3 s, plus one latency.
+TEST(Parallel, ShardCostsSplitComputeAndChargeCollectivesOnTheGivenLink) {
+  auto j = nlohmann::json::parse(R"({
+    "embed":{"F":0.5,"I":0,"W":0.25}, "pre":{"F":1,"I":2,"W":3}, "attn":{"F":10,"I":20,"W":0},
+    "post":{"F":40,"I":5,"W":6}, "head":{"F":7,"I":8,"W":9}, "attn_recompute_F":2,
+    "post_gate_up_F":24, "post_down_F":12, "link":{"latency_s":3e-6,"bandwidth_Bps":5e9}})");
+  const CostModel whole = CostModel::from_part_costs(j);
+  const LinkProfile link{1e-5, 1e9};
+  const double coll = 0.5e-3 + 1e-5;
+  EXPECT_DOUBLE_EQ(tp_collective_time(1e6, 2, link), coll);
+  const CostModel c = shard_costs(whole, 2, 1e6, link);
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs) {
+      EXPECT_DOUBLE_EQ(c.collective_time(k, d), tp_collectives(k, d) * coll)
+          << part_kind_str(k) << " " << dir_str(d);
+      EXPECT_DOUBLE_EQ(c.part_time(k, d), whole.part_time(k, d) / 2 + tp_collectives(k, d) * coll)
+          << part_kind_str(k) << " " << dir_str(d);
+    }
+  EXPECT_EQ(tp_collectives(PartKind::kPost, Dir::kF), 3);
+  EXPECT_EQ(tp_collectives(PartKind::kPost, Dir::kI), 3);
+  EXPECT_EQ(tp_collectives(PartKind::kHead, Dir::kW), 0);
+  EXPECT_THROW(tp_collectives(PartKind::kAttn, Dir::kB), Error);
+  EXPECT_DOUBLE_EQ(c.attn_recompute_time(), 1 + coll);
+  EXPECT_DOUBLE_EQ(c.post_gate_up_time(), 12);
+  EXPECT_DOUBLE_EQ(c.post_down_time(), 6 + coll);
+  // The pipeline link is the profile's, not the group's.
+  EXPECT_DOUBLE_EQ(c.link(0, 1).bandwidth_Bps, 5e9);
+  // t = 1 leaves the costs alone.
+  EXPECT_DOUBLE_EQ(shard_costs(whole, 1, 1e6, link).part_time(PartKind::kPost, Dir::kF), 40);
+
+  // A calibration factor scales the compute, not the collectives. HelixPipe's backward of one post
+  // under no-attn: I (5/2 + 3 coll) and the recomputed post F, which keeps G and U and skips the
+  // down projection and the reduce-scatter after it: (40 - 12)/2 + (3 - 1) coll.
+  ComputeOp one;
+  one.dir = Dir::kI;
+  one.parts = {Part::post(3)};
+  one.recompute = recompute_parts(one, Recompute::kNoAttn);
+  EXPECT_NEAR(c.op_time(one, Recompute::kNoAttn), 2.5 + 3 * coll + 14 + 2 * coll, 1e-12);
+  PartTable twice;
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs) twice.at(k, d) = 2;
+  EXPECT_NEAR(c.op_time(one, Recompute::kNoAttn, &twice), 5 + 3 * coll + 28 + 2 * coll, 1e-12);
+  // Attention's backward under no-attn: I, W and the QKV rebuild, each with one gather.
+  ComputeOp attn;
+  attn.dir = Dir::kB;
+  attn.parts = {Part::attn(0)};
+  EXPECT_NEAR(c.op_time(attn, Recompute::kNoAttn, &twice), 20 + 0 + 2 + 3 * coll, 1e-12);
+  // A whole cost model scaled the same way: everything doubles (no collectives recorded).
+  EXPECT_NEAR(whole.op_time(attn, Recompute::kNoAttn, &twice), 2 * (20 + 2), 1e-12);
+  // Collective times outside the part times are refused.
+  CostModel bad = whole;
+  PartTable too_much;
+  too_much.at(PartKind::kPre, Dir::kF) = 2;  // pre F is 1 s
+  EXPECT_THROW(bad.set_collective_times(too_much, 0, 0), Error);
+  EXPECT_THROW(bad.set_collective_times(PartTable{}, 3, 0), Error);
+}
+
 TEST(Parallel, StagesShareANodeOnlyWhenTheirTpDpGroupsFit) {
   const ModelConfig cfg = test_model();
   const DeviceProfile dev = test_device();
@@ -116,7 +177,12 @@ TEST(Parallel, MemoryPerGpuAndTheLimit) {
   sp.layers = 8;
   auto peaks = stash_peaks(generate(sp), cfg, s, 2);
   EXPECT_DOUBLE_EQ(r1.memory.activations, static_cast<double>(peaks[0]));
-  EXPECT_DOUBLE_EQ(r2.memory.activations, r1.memory.activations / 2);
+  // With t = 2 one rank's exact stash (the loss's log-sum-exp is whole on every rank): half the
+  // stage's and at most 8 micro-batches' lse above it.
+  const auto rank = stash_peaks(generate(sp), cfg, s, 2, 2);
+  EXPECT_DOUBLE_EQ(r2.memory.activations, static_cast<double>(rank[0]));
+  EXPECT_GE(r2.memory.activations, r1.memory.activations / 2);
+  EXPECT_LE(r2.memory.activations, r1.memory.activations / 2 + 8.0 * s * 2);
   // Model states: (2 + 4 + 12/d) bytes per parameter of the busiest stage, over t.
   const double params = static_cast<double>(max_stage_params(cfg, "helix", 4));
   EXPECT_DOUBLE_EQ(r1.memory.model_states, params * 18);
