@@ -49,7 +49,7 @@ struct CostSetup {
   bool rendezvous = true;
   bool shared_nic = false;
   // TP and DP degrees (pp is the schedule's stage count). With tp > 1 the cost model is
-  // parallel_costs(): compute / t plus the SP collectives; messages and stash are per GPU (/ t).
+  // parallel_costs(): compute / t plus the SP collectives; messages (/ t) and stash are per GPU.
   Layout layout;
 };
 // Checks the combination (exactly one of part costs or a device; a device needs a model and a
@@ -67,7 +67,7 @@ struct SimRun {
   SimResult result;
 };
 // Generates, lowers (message sizes from the model when known, / tp), simulates and fills the
-// per-stage peak activation bytes (per GPU: the stage's stash / tp). Throws hp::Error from the
+// per-stage peak activation bytes (per GPU: one TP rank's, rank_stash_peaks in sim/memory.h). Throws hp::Error from the
 // generator when the shape is invalid. `stage_time_scale` and `stage_part_scale`: per-stage
 // compute multipliers (SimOptions' fields of those names).
 SimRun simulate_spec(const ScheduleSpec& spec, const CostSetup& c, bool record_timeline,
