@@ -192,7 +192,7 @@ void add_prediction(BenchRow& x, const ScheduleSpec& spec, const CostSetup& cost
 
 // The prediction's cost setup for one rank of a tensor-parallel group: the profile's (whole-stage)
 // part costs through shard_costs on the link the group's own collectives showed in this run, and
-// the stash and messages per rank (/ T).
+// the stash and messages per rank (layout.tp: sim/sim_setup.h).
 CostSetup tensor_parallel_setup(const CostSetup& whole, const BenchRequest& r,
                                 const ModelConfig& cfg, const LinkProfile& group_link) {
   CostSetup c = whole;
