@@ -48,7 +48,7 @@ void print_header(const BenchRequest& f, int layers, const Precision& prec,
              "store MiB meas");
 }
 
-void print_prediction_legend(int tensor_parallel) {
+void print_prediction_legend(int tensor_parallel, bool rank_profile) {
   fmt::print(
       "predicted: the simulator on the part costs, each stage's parts scaled by its core's\n"
       "  calibration (a pass of one layer's parts before every timed step and after the last,\n"
@@ -56,7 +56,13 @@ void print_prediction_legend(int tensor_parallel) {
       "  replay: the simulator given each stage's measured compute time, so its error is the\n"
       "  schedule, bubble and communication model alone. stash pred '=': equal to the\n"
       "  measured bytes.\n");
-  if (tensor_parallel > 1)
+  if (rank_profile)
+    fmt::print(
+        "  With T = {}: the part costs are one rank's, from profile --tensor-parallel={}: its\n"
+        "  compute per part plus the collectives on the time per collective its own group\n"
+        "  measured (not calibrated), stash and messages per rank.\n",
+        tensor_parallel, tensor_parallel);
+  else if (tensor_parallel > 1)
     fmt::print(
         "  With T = {}: each part's cost / T plus its sequence-parallel collectives on the group\n"
         "  link below (sim/parallel.h shard_costs; the calibration scales only the compute), a\n"
@@ -209,7 +215,8 @@ int cmd_bench(int argc, char** argv) {
     cb.row = [&](const BenchRow& x) { print_row(x, f); };
     const nlohmann::json rows =
         run_bench(world.get(), f, cfg, prec, variants, policies, cost, transport, cb);
-    if (root && predict_steps) print_prediction_legend(f.tensor_parallel);
+    if (root && predict_steps)
+      print_prediction_legend(f.tensor_parallel, cost->cost.tensor_parallel() > 1);
     if (root && cost && !predict_steps)
       fmt::print(
           "predicted: the step is not predicted with --data-parallel (the simulator's "

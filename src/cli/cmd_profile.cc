@@ -37,9 +37,17 @@ int cmd_profile(int argc, char** argv) {
       "(b*s*h*4 bytes) for the bandwidth; then every rank profiles the parts at once (as the\n"
       "pipeline loads the cores) and rank 0 reports. Without mpirun it is an in-process memcpy\n"
       "of one activation message. --link-latency with --link-bandwidth skip measuring.\n\n"
+      "--tensor-parallel=T (under mpirun, a multiple of T ranks; groups of T consecutive ranks):\n"
+      "each rank holds its shard of every part (docs/tensor-parallel.md) and the passes run the\n"
+      "group's collectives, timed by wall time. The JSON keeps one rank's compute per part (the\n"
+      "slowest rank's) and the group's time for one all-gather or reduce-scatter of the N x h\n"
+      "activation (\"tensor_parallel\"); simulate and compare read it with --tp=T, which charges\n"
+      "each part its collectives on top (docs/formats/sim.md).\n\n"
       "examples:\n"
       "  helixpipe profile --model=small --seq-len=4096 --out=costs.json\n"
       "  mpirun -np 2 helixpipe profile --model=small --seq-len=4096 --out=costs.json\n"
+      "  mpirun -np 2 helixpipe profile --model=small --seq-len=4096 --tensor-parallel=2 \\\n"
+      "      --out=costs_tp2.json\n"
       "  helixpipe simulate --schedule=helix --stages=2 --microbatches=4 --layers=8 \\\n"
       "      --part-costs=costs.json");
   std::string model = "small", out_path, format = "text", transfer = "weights", precision = "fp32";
@@ -53,6 +61,9 @@ int cmd_profile(int argc, char** argv) {
   app.add_option("--warmup", opt.warmup, "untimed passes first")->capture_default_str();
   app.add_option("--profile-layers", opt.layers,
                  "layers built and timed (per-layer parts averaged over them)")
+      ->capture_default_str();
+  app.add_option("--tensor-parallel", opt.tensor_parallel,
+                 "time one rank's shard of each part in a tensor-parallel group of this size")
       ->capture_default_str();
   app.add_option("--transfer", transfer, "weights or activations (what attn contains)")
       ->capture_default_str();
@@ -68,6 +79,11 @@ int cmd_profile(int argc, char** argv) {
   if (auto rc = parse_flags(app, argc, argv)) return *rc;
   opt.transfer = parse_transfer(transfer);
   if (!out_path.empty()) check_output_file("--out", out_path);
+  HP_CHECK(opt.tensor_parallel >= 1, "profile: --tensor-parallel must be >= 1 (got {})",
+           opt.tensor_parallel);
+  HP_CHECK(step_mbs == 0 || opt.tensor_parallel == 1,
+           "profile: --step-microbatches times a single-process step; leave it out with "
+           "--tensor-parallel");
   opt.precision = resolve_precision(precision, *make_cpu_backend(1));
 
   const ModelConfig cfg = ModelConfig::load_for_runtime(model);
@@ -97,35 +113,7 @@ int profile_report(const ModelConfig& cfg, const ProfileOptions& opt, const Part
     fmt::print("{}\n", profile_report_json(cfg, opt, p, step).dump(2));
     return 0;
   }
-  fmt::print("profile   model={} h={} heads={} s={} b={} threads={} BLAS core={} transfer={} "
-             "precision={}\n",
-             cfg.name, cfg.hidden, cfg.heads, opt.seq_len, opt.microbatch_size, p.threads,
-             p.blas_core, transfer_str(opt.transfer), opt.precision.name());
-  fmt::print("          median of {} passes after {} warm-up, {} layer(s) timed\n\n", opt.repeats,
-             opt.warmup, opt.layers);
-  fmt::print("{:>6} {:>12} {:>12} {:>12}   spread F/I/W (max-min)/median\n", "part", "F", "I", "W");
-  for (PartKind k : kPartKinds) {
-    auto t = [&](Dir d) { return human_seconds(p.time.at(k, d)); };
-    auto sp = [&](Dir d) { return 100 * p.spread.at(k, d); };
-    fmt::print("{:>6} {:>12} {:>12} {:>12}   {:.0f}% / {:.0f}% / {:.0f}%\n", part_kind_str(k),
-               t(Dir::kF), t(Dir::kI), t(Dir::kW), sp(Dir::kF), sp(Dir::kI), sp(Dir::kW));
-  }
-  fmt::print("\nattn recompute F (no-attn) {}\n", human_seconds(p.attn_recompute_f));
-  fmt::print(
-      "post gate+up F {}, down F {} (post F by GEMM FLOPs: a recomputed post's backward "
-      "redoes the first when G and U were not kept; a recompute nothing reads skips the "
-      "second)\n",
-      human_seconds(p.post_gate_up_f), human_seconds(p.post_down_f));
-  fmt::print("link      latency {} bandwidth {:.2f} GB/s  ({}; message {})\n",
-             human_seconds(p.link_latency_s), p.link_bandwidth_Bps / 1e9, p.link_source,
-             human_bytes(static_cast<double>(p.message_bytes)));
-  if (step)
-    fmt::print("step      P=1, {} layers, {} micro-batches: measured {}, predicted from parts {} "
-               "({:+.1f}%), peak store {}\n",
-               step->layers, step->microbatches, human_seconds(step->measured_s),
-               human_seconds(step->predicted_s),
-               100 * (step->predicted_s - step->measured_s) / step->measured_s,
-               human_bytes(static_cast<double>(step->peak_store_bytes)));
+  fmt::print("{}", profile_report_text(cfg, opt, p, step));
   if (!out_path.empty()) fmt::print("wrote     {}\n", out_path);
   return 0;
 }

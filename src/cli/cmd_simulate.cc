@@ -19,6 +19,11 @@ void print_text(const SimRun& run, const CostSetup& c) {
   fmt::print("schedule   {} {}  recompute={} transfer={}\n", s.name, shape, recompute_str(s.recompute),
              transfer_str(s.transfer));
   fmt::print("costs      {}\n", c.cost.source());
+  if (c.layout.tp > 1)
+    fmt::print(
+        "layout     one rank of a tensor-parallel group of {} per stage: its compute plus "
+        "{} per collective; stash and messages per rank\n",
+        c.layout.tp, human_seconds(c.cost.tp_collective_s()));
   fmt::print("makespan   {}\n", human_seconds(r.makespan));
   fmt::print("bubble     {} ({:.1f}% of the makespan; makespan minus the busiest stage)\n",
              human_seconds(r.bubble), 100 * r.bubble_fraction);
@@ -58,13 +63,17 @@ int cmd_simulate(int argc, char** argv) {
       "      --model=7b --seq-len=131072 --device=h20\n"
       "  helixpipe simulate --schedule=1f1b --stages=4 --microbatches=8 --layers=8 \\\n"
       "      --part-costs=costs.json --format=json\n"
-      "  helixpipe simulate --schedule=helix --stages=4 --microbatches=8 --folds=2 --model=small \\\n"
+      "  helixpipe simulate --schedule=1f1b --stages=2 --microbatches=4 --model=small \\\n"
+      "      --seq-len=4096 --part-costs=costs_tp2.json --tp=2   (profile --tensor-parallel=2)\n"
+      "  helixpipe simulate --schedule=helix --stages=4 --microbatches=8 --folds=2 --model=small "
+      "\\\n"
       "      --seq-len=8192 --device=cpu --timeline=helix.svg --trace=helix.trace.json");
   ShapeFlags shape;
   CostSpec costf;
   std::string format = "text", timeline, trace;
   add_shape_flags(app, shape);
   add_cost_flags(app, costf);
+  add_tp_flag(app, costf);
   add_format_flag(app, format);
   app.add_option("--timeline", timeline, "write an SVG timeline (stages as rows) to this file");
   app.add_option("--trace", trace, "write a Chrome trace JSON (opens in Perfetto) to this file");
@@ -83,6 +92,7 @@ int cmd_simulate(int argc, char** argv) {
   if (format == "json") {
     nlohmann::json j = sim_result_json(run.result, run.schedule);
     j["costs"] = c.cost.source();
+    j["tensor_parallel"] = c.layout.tp;
     j["transfer"] = transfer_str(run.schedule.transfer);
     if (c.tokens_per_mb > 0) j["tokens_per_microbatch"] = c.tokens_per_mb;
     fmt::print("{}\n", j.dump(2));

@@ -45,11 +45,16 @@ void add_cost_flags(CLI::App& app, CostSpec& f) {
                "a stage's inter-node messages share one network port (default: one wire per pair)");
 }
 
-void add_layout_flags(CLI::App& app, CostSpec& f) {
+void add_tp_flag(CLI::App& app, CostSpec& f) {
   app.add_option("--tp", f.tp,
                  "tensor-parallel GPUs per stage, with sequence parallelism (a power of two, at "
-                 "most the device's GPUs per node; needs --device; default 1)")
+                 "most the device's GPUs per node; needs --device, or --part-costs written by\n"
+                 "profile --tensor-parallel with the same T; default 1)")
       ->check(positive());
+}
+
+void add_layout_flags(CLI::App& app, CostSpec& f) {
+  add_tp_flag(app, f);
   app.add_option("--data-parallel", f.dp,
                  "data-parallel pipelines: tokens/s counts all of them, and each iteration ends "
                  "with the gradient all-reduce (needs --device; default 1)")

@@ -33,6 +33,8 @@ void add_cost_flags(CLI::App& app, CostSpec& f);
 // Adds --tp and --data-parallel (sim/parallel.h: TP with sequence parallelism inside a node,
 // DP pipelines with a gradient all-reduce after the flush).
 void add_layout_flags(CLI::App& app, CostSpec& f);
+// Adds --tp alone (simulate: one pipeline, no replicas).
+void add_tp_flag(CLI::App& app, CostSpec& f);
 // Adds --format=text|json.
 void add_format_flag(CLI::App& app, std::string& format);
 

@@ -192,9 +192,11 @@ void add_prediction(BenchRow& x, const ScheduleSpec& spec, const CostSetup& cost
 
 // The prediction's cost setup for one rank of a tensor-parallel group: the profile's (whole-stage)
 // part costs through shard_costs on the link the group's own collectives showed in this run, and
-// the stash and messages per rank (layout.tp: sim/sim_setup.h).
+// the stash and messages per rank (layout.tp: sim/sim_setup.h). A profile of a rank's shards
+// (profile --tensor-parallel) is that already, with the collectives its own run measured.
 CostSetup tensor_parallel_setup(const CostSetup& whole, const BenchRequest& r,
                                 const ModelConfig& cfg, const LinkProfile& group_link) {
+  if (whole.cost.tensor_parallel() > 1) return whole;  // already a rank's (bench_cost checked T)
   CostSetup c = whole;
   const double act_bytes = static_cast<double>(r.seq_len * cfg.hidden) * whole.elem_bytes.compute;
   c.cost = shard_costs(whole.cost, r.tensor_parallel, act_bytes, group_link);
@@ -249,8 +251,23 @@ CostSetup bench_cost(const BenchRequest& f, const Precision& prec) {
   cf.part_costs = f.part_costs;
   cf.model = f.model;
   cf.seq_len = f.seq_len;
+  cf.tp_from_file = true;
   CostSetup cost = build_cost(cf);
   cost.elem_bytes = elem_bytes(prec);
+  // A whole-stage profile is split over the group in the run (tensor_parallel_setup); a profile of
+  // one rank's shards (profile --tensor-parallel) must be of this group, and is used as measured.
+  const int file_tp = cost.layout.tp;
+  HP_CHECK(file_tp == 1 || file_tp == f.tensor_parallel,
+           "bench: --part-costs '{}' holds one rank's costs in a tensor-parallel group of {}, but "
+           "this run has --tensor-parallel={}; profile with --tensor-parallel={} or give a "
+           "whole-stage profile (made without --tensor-parallel), which bench splits itself",
+           f.part_costs, file_tp, f.tensor_parallel, f.tensor_parallel);
+  HP_CHECK(file_tp == 1 || !f.calibrate,
+           "bench: --part-costs '{}' is a tensor-parallel rank's profile; the core calibration "
+           "compares whole parts against a whole-stage profile, so add --no-calibrate (the "
+           "prediction then uses the file as measured) or give a profile made without "
+           "--tensor-parallel",
+           f.part_costs);
   return cost;
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "comm/comm.h"
 #include "kernels/dtype.h"
@@ -32,6 +33,10 @@ struct ProfileOptions {
   // Also time attention's own QKV(+rotary) recompute under no-attn once per pass
   // (attn_recompute_f; 0 when off).
   bool measure_attn_recompute = true;
+  // Ranks of a tensor-parallel group the parts are split over (docs/tensor-parallel.md): each
+  // rank times its shard of every part, collectives included, and the profile keeps one rank's
+  // compute and the group's time per collective (profile_launch splits the world into groups).
+  int tensor_parallel = 1;
   // Link: measured with an in-process memcpy of one activation message unless given (> 0).
   double link_latency_s = -1;
   double link_bandwidth_Bps = -1;
@@ -40,6 +45,15 @@ struct ProfileOptions {
 struct PartProfile {
   PartTable time;    // median seconds per micro-batch of one part of each kind, F, I and W
   PartTable spread;  // of the repetitions behind each: (max - min) / median
+  // With tensor_parallel > 1, `time` is one rank's compute alone (each part's time less the
+  // seconds inside its collectives), the slowest rank's cell by cell: a group runs at its slowest
+  // rank's pace. `collective_s` is one all-gather or reduce-scatter of the N x h activation: the
+  // median over the profile's collectives of the group's shortest time for each (the rank that
+  // arrives last waits for the data only). `collectives` counts them per part (one rank's,
+  // per micro-batch: the runtime's counts, a split W re-gathering its inputs).
+  int tensor_parallel = 1;
+  double collective_s = 0;
+  PartTable collectives;
   double attn_recompute_f = 0;  // attention's own QKV(+rotary) recompute under no-attn
   // The measured post F split by its GEMM FLOPs (post_gemm_shares, sim/cost_model.h): its gate
   // and up GEMMs and its down projection, for recomputed posts (CostModel::post_recompute_extra).
@@ -75,17 +89,30 @@ StepCheck check_step(const ModelConfig& cfg, const ProfileOptions& opt, const Pa
 // steps). Throws hp::Error on a bad option.
 class PartTimer {
  public:
-  PartTimer(const ModelConfig& cfg, const ProfileOptions& opt);
+  // With `tensor` (a communicator holding exactly one tensor-parallel group, every rank of it
+  // constructing a PartTimer and running the same passes in the same order), each rank holds
+  // its shard of the parts and the passes run the group's collectives; parts are then timed by
+  // wall time (a collective waits on the other ranks) whatever the threads.
+  PartTimer(const ModelConfig& cfg, const ProfileOptions& opt, Comm* tensor = nullptr);
   ~PartTimer();
   PartTimer(const PartTimer&) = delete;
   PartTimer& operator=(const PartTimer&) = delete;
   // One pass under `policy`: seconds of one part of each kind per micro-batch, F, I and W (the
   // per-layer kinds averaged over the layers), on ProfileOptions' clock.
   PartTable pass(Recompute policy);
+  // What the last pass spent in the group's collectives (all zero without a group): seconds and
+  // counts per micro-batch in pass()'s cells (so pass() less `seconds` is the compute), and the
+  // seconds of each collective in call order.
+  struct Collectives {
+    PartTable seconds, count;
+    std::vector<double> each;
+  };
+  const Collectives& last_collectives() const;
   // Seconds of the work attention's backward adds under no-attn, timed alone on the same backend
   // and clock: rebuilding QKVr of one micro-batch from A and W_qkv (weights mode) or from QKV
   // (activations mode), the projection and the rotary (Model::run's make_qkvr). One untimed call,
-  // then the median of `repeats`.
+  // then the median of `repeats`. With a group: the rank's compute alone (less the all-gather of A
+  // that the weights mode's projection starts with).
   double qkv_recompute(int repeats = 3);
 
  private:
@@ -94,15 +121,25 @@ class PartTimer {
 };
 
 // Runs warm-up + repeated passes over a model with opt.layers layers of `cfg`'s shape (random
-// weights, random tokens). Throws hp::Error on a bad option.
-PartProfile profile_parts(const ModelConfig& cfg, const ProfileOptions& opt);
+// weights, random tokens). Throws hp::Error on a bad option. With `tensor` (size
+// opt.tensor_parallel, every rank calling this at once): one rank's shard of every part, as
+// PartProfile describes; every rank returns the same profile.
+PartProfile profile_parts(const ModelConfig& cfg, const ProfileOptions& opt,
+                          Comm* tensor = nullptr);
 
 // A profile as `helixpipe profile` takes it. With a `world` of 2 or more ranks (mpirun), the link
 // is measured first by an MPI ping-pong between ranks 0 and 1 (unless opt gives it), then every
 // rank profiles the parts at once, loading the cores as a pipeline does; rank 0 returns the
 // result, the others nullopt. Without one: the parts in this process and an in-process estimate
-// of the link.
+// of the link. opt.tensor_parallel = T > 1 needs a world of a multiple of T ranks, split into
+// groups of T consecutive ranks (as train and bench lay a group out), each profiling its shards;
+// rank 0 reports its group's.
 std::optional<PartProfile> profile_launch(Comm* world, const ModelConfig& cfg, ProfileOptions opt);
+
+// What `profile` prints as text: the part costs, the link, with a group its collectives beside
+// the link model's charge for them, and the step check when there is one.
+std::string profile_report_text(const ModelConfig& cfg, const ProfileOptions& opt,
+                                const PartProfile& p, const std::optional<StepCheck>& step);
 
 // What `profile --format=json` prints: the part costs and what they were measured on.
 nlohmann::json profile_report_json(const ModelConfig& cfg, const ProfileOptions& opt,

@@ -2,6 +2,7 @@
 #include "sim/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 
 #include "util/error.h"
@@ -79,6 +80,33 @@ void CostModel::set_collective_times(const PartTable& parts, double attn_recompu
   comm_ = parts;
   attn_recompute_comm_ = attn_recompute;
   post_down_comm_ = post_down;
+}
+
+int tp_collectives(PartKind k, Dir d) {
+  static constexpr int kCounts[5][3] = {{1, 0, 1}, {0, 0, 0}, {1, 1, 1}, {3, 3, 1}, {1, 2, 0}};
+  HP_CHECK(d != Dir::kB, "tp_collectives: ask for I and W (B = I + W)");
+  return kCounts[static_cast<int>(k)][d == Dir::kF ? 0 : d == Dir::kI ? 1 : 2];
+}
+
+void CostModel::add_tp_collectives(int t, double collective_s) {
+  HP_CHECK(t >= 2 && t <= (1 << 20), "add_tp_collectives: a group of {} ranks (expected 2 .. 2^20)",
+           t);
+  HP_CHECK(std::isfinite(collective_s) && collective_s >= 0 && collective_s <= kMaxPartSeconds,
+           "add_tp_collectives: {} s per collective (expected 0 .. {} s)", collective_s,
+           kMaxPartSeconds);
+  HP_CHECK(tp_ == 1, "add_tp_collectives: these costs are already one rank's of a group of {}",
+           tp_);
+  PartTable comm;
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs) {
+      comm.at(k, d) = tp_collectives(k, d) * collective_s;
+      time_.at(k, d) += comm.at(k, d);
+    }
+  attn_recompute_f_ += collective_s;
+  post_down_f_ += collective_s;
+  set_collective_times(comm, collective_s, collective_s);
+  tp_ = t;
+  tp_coll_s_ = collective_s;
 }
 
 void CostModel::set_links(LinkProfile intra, LinkProfile inter, int stages_per_node) {
@@ -165,6 +193,8 @@ CostModel CostModel::from_part_costs(const nlohmann::json& j, const std::string&
   CostModel c;
   c.source_ = where;
   bool have_inter = false;
+  int tp_size = 1;
+  double tp_coll = 0;
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& key = it.key();
     bool is_part = false;
@@ -200,30 +230,53 @@ CostModel CostModel::from_part_costs(const nlohmann::json& j, const std::string&
       c.post_gate_up_f_ = seconds(it.value(), where + ".post_gate_up_F");
     } else if (key == "post_down_F") {
       c.post_down_f_ = seconds(it.value(), where + ".post_down_F");
+    } else if (key == "tensor_parallel") {
+      const std::string w = where + ".tensor_parallel";
+      HP_CHECK(it->is_object() && it->size() == 2 && it->contains("size") &&
+                   it->contains("collective_s"),
+               "{}: expected {{\"size\": t, \"collective_s\": seconds}} (one rank of a group of t, "
+               "as profile --tensor-parallel writes it), got {}",
+               w, it->dump());
+      const nlohmann::json& size = (*it)["size"];
+      HP_CHECK(size.is_number_integer() && size.get<int64_t>() >= 2 &&
+                   size.get<int64_t>() <= (int64_t{1} << 20),
+               "{}.size: a group of 2 .. 2^20 ranks, got {} (a whole-stage profile has no "
+               "tensor_parallel key)",
+               w, size.dump());
+      tp_size = size.get<int>();
+      tp_coll = seconds((*it)["collective_s"], w + ".collective_s");
     } else if (key == "version") {
       HP_CHECK(it.value() == 1, "{}: part-cost version {} is not supported (expected 1)", where,
                it->dump());
     } else {
       fail(
           "{}: unknown key '{}' (known: embed, pre, attn, post, head, link, inter, "
-          "stages_per_node, attn_recompute_F, post_gate_up_F, post_down_F, version)",
+          "stages_per_node, attn_recompute_F, post_gate_up_F, post_down_F, tensor_parallel, "
+          "version)",
           where, key);
     }
   }
+  // The file's part times are one rank's compute; its group's collectives go on top.
+  if (tp_size > 1) c.add_tp_collectives(tp_size, tp_coll);
   return c;
 }
 
 nlohmann::json CostModel::to_json() const {
   nlohmann::json j;
   j["version"] = 1;
+  // A tensor-parallel rank's costs are written as from_part_costs reads them: compute alone, and
+  // the collectives as the group's size and the seconds of one.
+  const bool tp = tp_ > 1;
   for (PartKind k : kPartKinds)
-    for (Dir d : kPartDirs) j[part_kind_str(k)][dir_str(d)] = time_.at(k, d);
+    for (Dir d : kPartDirs)
+      j[part_kind_str(k)][dir_str(d)] = time_.at(k, d) - (tp ? comm_.at(k, d) : 0.0);
+  if (tp) j["tensor_parallel"] = {{"size", tp_}, {"collective_s", tp_coll_s_}};
   j["link"] = {{"latency_s", intra_.latency_s}, {"bandwidth_Bps", intra_.bandwidth_Bps}};
   j["inter"] = {{"latency_s", inter_.latency_s}, {"bandwidth_Bps", inter_.bandwidth_Bps}};
   if (stages_per_node_ < (1 << 30)) j["stages_per_node"] = stages_per_node_;
-  j["attn_recompute_F"] = attn_recompute_f_;
+  j["attn_recompute_F"] = attn_recompute_f_ - (tp ? attn_recompute_comm_ : 0.0);
   j["post_gate_up_F"] = post_gate_up_f_;
-  j["post_down_F"] = post_down_f_;
+  j["post_down_F"] = post_down_f_ - (tp ? post_down_comm_ : 0.0);
   return j;
 }
 

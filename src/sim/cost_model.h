@@ -28,8 +28,10 @@ class CostModel {
   //    "link":{"latency_s":s,"bandwidth_Bps":B}}
   // Seconds per micro-batch per part. A missing part or direction costs 0; bandwidth 0 = no
   // per-byte cost. Optional: "inter" (a second link for stages on different nodes),
-  // "stages_per_node", "attn_recompute_F", "post_gate_up_F", "post_down_F", "version". Unknown
-  // keys are rejected.
+  // "stages_per_node", "attn_recompute_F", "post_gate_up_F", "post_down_F", "version", and
+  // "tensor_parallel":{"size":t,"collective_s":s} (one rank of a tensor-parallel group of t, as
+  // `profile --tensor-parallel` writes it: the part times are that rank's compute alone, and
+  // add_tp_collectives(t, s) charges the group's collectives on top). Unknown keys are rejected.
   static CostModel from_part_costs(const nlohmann::json& j, const std::string& where = "part costs");
   // From FLOPs (QKV, O, MLP and LM-head GEMMs at gemm_efficiency; causal core attention ~2*s^2*h
   // forward, 2.5x that backward, at attn_efficiency) and bytes moved by the memory-bound parts
@@ -91,6 +93,15 @@ class CostModel {
   // the link. Each must be >= 0 and at most the time it is part of.
   void set_collective_times(const PartTable& parts, double attn_recompute, double post_down);
   double collective_time(PartKind kind, Dir dir) const { return comm_.at(kind, dir); }
+  // Makes these costs one rank's of a tensor-parallel group of t (t >= 2) whose every
+  // all-gather or reduce-scatter of an activation takes `collective_s`: each part gets
+  // tp_collectives(kind, dir) of them on top of its time (which is its compute alone until now),
+  // attention's QKV rebuild under no-attn and a recomputed post's down projection one each (a
+  // post's repeated gate and up reuse the gathered input), all recorded as collective times.
+  // Once only: a model that is already a TP rank's is refused.
+  void add_tp_collectives(int t, double collective_s);
+  int tensor_parallel() const { return tp_; }  // 1, or the group these costs are a rank of
+  double tp_collective_s() const { return tp_coll_s_; }  // what add_tp_collectives was given
   // Where the LM head's forward (final norm, logits, loss) runs. false (helixpipe's runtime): in
   // the F op that holds the head, which keeps the log-sum-exp; its backward recomputes the logits
   // block by block. true (the reference code): in the head's backward, whose logits pass then
@@ -106,6 +117,8 @@ class CostModel {
   PartTable time_;   // seconds per part kind and direction
   PartTable flops_;  // model FLOPs, likewise
   PartTable comm_;   // of time_, the seconds inside TP collectives (set_collective_times)
+  int tp_ = 1;
+  double tp_coll_s_ = 0;
   double attn_recompute_comm_ = 0, post_down_comm_ = 0;
   double attn_recompute_f_ = 0;  // attention's own QKV/rotary recompute under no-attn
   double post_gate_up_f_ = 0;    // see set_post_recompute_times
@@ -117,6 +130,11 @@ class CostModel {
   int64_t tokens_ = 0;
   std::string source_ = "default";
 };
+
+// The sequence-parallel collectives (all-gathers and reduce-scatters of a micro-batch's N x h
+// activation) a part of kind `k` makes in direction `d` (F, I or W) on one tensor-parallel rank:
+// embed 1/0/1, pre 0/0/0, attn 1/1/1, post 3/3/1, head 1/2/0 (sim/parallel.h says which).
+int tp_collectives(PartKind k, Dir d);
 
 // Shares of a post's forward GEMM FLOPs (W_o, then gate and up, or GPT's fc1, then down or fc2):
 // in the gate and up GEMMs, and in the down projection. `profile` splits its measured post F by

@@ -45,27 +45,18 @@ double dp_allreduce_time(double bytes, int d, const LinkProfile& link) {
   return per + 2 * (d - 1) * link.latency_s;
 }
 
-int tp_collectives(PartKind k, Dir d) {
-  static constexpr int kCounts[5][3] = {{1, 0, 1}, {0, 0, 0}, {1, 1, 1}, {3, 3, 1}, {1, 2, 0}};
-  HP_CHECK(d != Dir::kB, "tp_collectives: ask for I and W (B = I + W)");
-  return kCounts[static_cast<int>(k)][d == Dir::kF ? 0 : d == Dir::kI ? 1 : 2];
-}
-
 CostModel shard_costs(CostModel c, int t, double act_bytes, const LinkProfile& link) {
   HP_CHECK(t >= 1 && act_bytes >= 0, "shard_costs: t = {} and act_bytes = {} must be >= 1 and >= 0",
            t, act_bytes);
   if (t == 1) return c;
-  const double coll = tp_collective_time(act_bytes, t, link);
-  PartTable comm;
+  HP_CHECK(c.tensor_parallel() == 1,
+           "shard_costs: these costs are already one rank's of a tensor-parallel group of {}",
+           c.tensor_parallel());
   for (PartKind k : kPartKinds)
-    for (Dir d : kPartDirs) {
-      comm.at(k, d) = tp_collectives(k, d) * coll;
-      c.set_part_time(k, d, c.part_time(k, d) / t + comm.at(k, d));
-    }
-  c.set_attn_recompute_time(c.attn_recompute_time() / t + coll);
-  // The backward's second gate/up needs no collective of its own (it reuses the gathered Z).
-  c.set_post_recompute_times(c.post_gate_up_time() / t, c.post_down_time() / t + coll);
-  c.set_collective_times(comm, coll, coll);
+    for (Dir d : kPartDirs) c.set_part_time(k, d, c.part_time(k, d) / t);
+  c.set_attn_recompute_time(c.attn_recompute_time() / t);
+  c.set_post_recompute_times(c.post_gate_up_time() / t, c.post_down_time() / t);
+  c.add_tp_collectives(t, tp_collective_time(act_bytes, t, link));
   c.scale_flops(1.0 / t);
   return c;
 }

@@ -58,14 +58,10 @@ double tp_group_time(int64_t collectives, double bytes_sent, int t, const LinkPr
 // Seconds of one ring all-reduce of `bytes` over d.
 double dp_allreduce_time(double bytes, int d, const LinkProfile& link);
 
-// The sequence-parallel collectives a part of kind `k` makes in direction `d` (F, I or W): the
-// counts at the top of this file (embed 1/0/1, pre 0/0/0, attn 1/1/1, post 3/3/1, head 1/2/0).
-int tp_collectives(PartKind k, Dir d);
-
 // One rank's cost model in a TP group of t, from the whole stage's `whole`: every part time and
-// recompute charge divided by t, plus tp_collectives(k, d) collectives of `act_bytes` (the gathered
-// N x h activation) on `link` each (tp_collective_time), recorded as the parts' collective times
-// (CostModel::set_collective_times). Attention's QKV rebuild under no-attn gathers A once; a
+// recompute charge divided by t, plus tp_collectives(k, d) collectives (sim/cost_model.h, counts
+// above) of `act_bytes` (the gathered N x h activation) on `link` each (tp_collective_time),
+// through CostModel::add_tp_collectives. Attention's QKV rebuild under no-attn gathers A once; a
 // recomputed post that skips its down projection skips the reduce-scatter after it. Model FLOPs
 // are divided by t; the pipeline links are left as they are.
 CostModel shard_costs(CostModel whole, int t, double act_bytes, const LinkProfile& link);

@@ -1,5 +1,7 @@
 #include "sim/sim_setup.h"
 
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
 #include "schedule/lower.h"
@@ -46,9 +48,9 @@ CostSetup build_cost(const CostSpec& f) {
     // plan and sweep assume).
     if (f.tp > 1 || f.dp > 1) c.shared_nic = true;
   } else {
-    HP_CHECK(f.tp == 1 && f.dp == 1,
-             "--tp and --data-parallel need --model, --seq-len and --device (a part-cost file "
-             "holds one GPU's times, not how they split)");
+    HP_CHECK(f.dp == 1,
+             "--data-parallel needs --model, --seq-len and --device (the replicas' all-reduce is "
+             "charged on a device profile's links)");
     nlohmann::json j;
     std::string text = read_file(f.part_costs);
     try {
@@ -58,6 +60,18 @@ CostSetup build_cost(const CostSpec& f) {
     }
     c.cost = CostModel::from_part_costs(j, f.part_costs);
     if (c.tokens_per_mb > 0) c.cost.set_tokens_per_microbatch(c.tokens_per_mb);
+    // A file holds either a whole stage's times or one rank's of a tensor-parallel group; the
+    // layout must say the same.
+    const int file_tp = c.cost.tensor_parallel();
+    HP_CHECK(f.tp_from_file || f.tp == file_tp, "--tp={} but --part-costs '{}' holds {}: {}", f.tp,
+             f.part_costs,
+             file_tp > 1 ? fmt::format("one rank's costs in a tensor-parallel group of {}", file_tp)
+                         : std::string("a whole stage's costs"),
+             file_tp > 1 ? fmt::format("simulate it with --tp={}", file_tp)
+                         : std::string("measure a group's with mpirun -np T helixpipe profile "
+                                       "--tensor-parallel=T, or give --model, --seq-len and "
+                                       "--device to split a device profile's costs"));
+    c.layout.tp = file_tp;
   }
   c.cost.set_head_in_backward(f.head_in_backward);
   return c;

@@ -35,6 +35,9 @@ struct CostSpec {
   bool head_in_backward = false;  // the LM head's forward merged into its backward (CostModel)
   int tp = 1;                    // tensor parallelism (with sequence parallelism) per stage
   int dp = 1;                    // data-parallel pipelines
+  // With part costs: take the tensor parallelism the file was measured with instead of checking
+  // it against `tp` (bench, which checks it against its own group).
+  bool tp_from_file = false;
 };
 
 // Everything the cost side resolved.
@@ -48,8 +51,9 @@ struct CostSetup {
   TransferMode transfer = TransferMode::kWeights;
   bool rendezvous = true;
   bool shared_nic = false;
-  // TP and DP degrees (pp is the schedule's stage count). With tp > 1 the cost model is
-  // parallel_costs(): compute / t plus the SP collectives; messages (/ t) and stash are per GPU.
+  // TP and DP degrees (pp is the schedule's stage count). With tp > 1 the cost model is one
+  // rank's: parallel_costs() (a device's compute / t plus the SP collectives) or a part-cost file
+  // of profile --tensor-parallel; messages (/ t) and stash are per GPU.
   Layout layout;
 };
 // Checks the combination (exactly one of part costs or a device; a device needs a model and a

@@ -446,5 +446,63 @@ TEST_F(DistCliTest, BenchOnTensorAndDataParallelGrids) {
       << wrong.out;
 }
 
+// profile --tensor-parallel: each rank times its shards with the group's collectives; the file
+// says so, simulate takes it only with the same --tp, and bench uses it as measured (without the
+// calibration, which needs a whole-stage profile).
+TEST_F(DistCliTest, ProfileOfATensorParallelRankFeedsSimulateAndBench) {
+  const RunResult prof = run(2, "profile --model=" + path("cfg.json") +
+                                    " --seq-len=32 --repeats=1 --tensor-parallel=2" +
+                                    " --format=json --out=" + path("tp_costs.json"));
+  ASSERT_EQ(prof.rc, 0) << prof.out;
+  const auto costs = nlohmann::json::parse(std::ifstream(path("tp_costs.json")));
+  ASSERT_TRUE(costs.contains("tensor_parallel")) << costs.dump();
+  EXPECT_EQ(costs["tensor_parallel"]["size"], 2);
+  EXPECT_GT(costs["tensor_parallel"]["collective_s"].get<double>(), 0);
+  // The runtime's collectives per micro-batch: the forward's are the simulator's counts, plus the
+  // gather of the loss statistics in the head.
+  const auto report = nlohmann::json::parse(prof.out.substr(prof.out.find('{')));
+  const auto& counts = report["info"]["collectives_per_part"];
+  EXPECT_EQ(counts["embed"]["F"], 1);
+  EXPECT_EQ(counts["pre"]["F"], 0);
+  EXPECT_EQ(counts["attn"]["F"], 1);
+  EXPECT_EQ(counts["post"]["F"], 3);
+  EXPECT_EQ(counts["head"]["F"], 2);
+
+  const std::string sim =
+      "simulate --schedule=1f1b --stages=1 --microbatches=2 --model=" + path("cfg.json") +
+      " --seq-len=32 --part-costs=" + path("tp_costs.json");
+  const RunResult no_tp = run(0, sim);
+  EXPECT_EQ(no_tp.rc, 1) << no_tp.out;
+  EXPECT_NE(no_tp.out.find("simulate it with --tp=2"), std::string::npos) << no_tp.out;
+  const RunResult with_tp = run(0, sim + " --tp=2 --format=json");
+  ASSERT_EQ(with_tp.rc, 0) << with_tp.out;
+  EXPECT_EQ(nlohmann::json::parse(with_tp.out)["tensor_parallel"], 2);
+  const RunResult alone = run(
+      0, "profile --model=" + path("cfg.json") + " --seq-len=32 --repeats=1 --tensor-parallel=2");
+  EXPECT_EQ(alone.rc, 1) << alone.out;
+  EXPECT_NE(alone.out.find("mpirun -np 2"), std::string::npos) << alone.out;
+
+  const std::string bench = "bench --model=" + path("cfg.json") +
+                            " --seq-len=32 --microbatches=2 --schedules=1f1b --stages=1"
+                            " --tensor-parallel=2 --part-costs=" +
+                            path("tp_costs.json");
+  const RunResult calibrated = run(2, bench);
+  EXPECT_NE(calibrated.rc, 0);
+  EXPECT_NE(calibrated.out.find("add --no-calibrate"), std::string::npos) << calibrated.out;
+  const RunResult b = run(2, bench + " --no-calibrate --out=" + path("tp_bench.json"));
+  ASSERT_EQ(b.rc, 0) << b.out;
+  EXPECT_NE(b.out.find("from profile --tensor-parallel=2"), std::string::npos) << b.out;
+  const auto row = nlohmann::json::parse(std::ifstream(path("tp_bench.json")))["rows"][0];
+  EXPECT_GT(row["predicted_step_s"].get<double>(), 0);
+  EXPECT_TRUE(row["stash_exact"].get<bool>()) << row.dump();
+  // A whole-stage run cannot take a rank's profile.
+  const RunResult whole = run(2, "bench --model=" + path("cfg.json") +
+                                     " --seq-len=32 --microbatches=2 --schedules=1f1b --stages=2"
+                                     " --no-calibrate --part-costs=" +
+                                     path("tp_costs.json"));
+  EXPECT_NE(whole.rc, 0);
+  EXPECT_NE(whole.out.find("this run has --tensor-parallel=1"), std::string::npos) << whole.out;
+}
+
 }  // namespace
 }  // namespace hp

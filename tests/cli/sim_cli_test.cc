@@ -349,7 +349,12 @@ TEST(SimulateCli, BadInputSaysWhatIsWrong) {
       {"compare --model=7b --seq-len=4096 --stages=2 --microbatches=2 --device=h20 --tp=16",
        "at most the 8 GPUs per node", 1},
       {"compare --stages=2 --microbatches=2 --layers=2 --part-costs=" + costs + " --tp=2",
-       "--tp and --data-parallel need --model", 1},
+       "holds a whole stage's costs: measure a group's with mpirun -np T helixpipe profile "
+       "--tensor-parallel=T",
+       1},
+      {"compare --stages=2 --microbatches=2 --layers=2 --part-costs=" + costs +
+           " --data-parallel=2",
+       "--data-parallel needs --model, --seq-len and --device", 1},
       {"compare --stages=2 --microbatches=2 --layers=2 --part-costs=" + costs +
            " --data-parallel=0",
        "--data-parallel", 2},

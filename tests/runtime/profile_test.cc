@@ -1,10 +1,14 @@
 // helixpipe profile's library side: measured part costs are positive and finite, load in the
 // simulator's cost model unchanged, and the whole-step prediction is the documented sum.
-#include <cmath>
+#include "runtime/profile.h"
 
 #include <gtest/gtest.h>
 
-#include "runtime/profile.h"
+#include <cmath>
+#include <mutex>
+#include <vector>
+
+#include "comm/local_comm.h"
 #include "sim/cost_model.h"
 #include "util/error.h"
 
@@ -103,6 +107,50 @@ TEST(Profile, StepCheckPredictsFromThePartTimes) {
   }
   EXPECT_NEAR(c.predicted_s, 2 * per_mb, 1e-12 * per_mb);
   EXPECT_GT(c.peak_store_bytes, 0);
+}
+
+// --tensor-parallel: two ranks (threads) time their shards at once with the group's collectives.
+// They agree on one profile; the forward's collectives per part are the simulator's counts (the
+// head adds the gather of its loss statistics), a split backward gathers at least what the
+// simulator's fused one does; the file charges each part its collectives on top of the compute.
+TEST(Profile, TensorParallelRankTimesItsShardsWithTheGroupsCollectives) {
+  const ModelConfig cfg = small_cfg();
+  ProfileOptions o = opts(256, TransferMode::kWeights);
+  o.repeats = 3;
+  o.tensor_parallel = 2;
+  std::vector<nlohmann::json> files(2);
+  std::vector<PartProfile> got(2);
+  LocalWorld world(2, CommOptions{60, false});
+  world.run([&](Comm& comm) {
+    got[static_cast<size_t>(comm.rank())] = profile_parts(cfg, o, &comm);
+    files[static_cast<size_t>(comm.rank())] = got[static_cast<size_t>(comm.rank())].to_json();
+  });
+  // (The in-process link estimate is each rank's own memcpy.)
+  for (nlohmann::json& f : files) f.erase("link");
+  EXPECT_EQ(files[0], files[1]);
+  const PartProfile& p = got[0];
+  EXPECT_EQ(p.tensor_parallel, 2);
+  ASSERT_GT(p.collective_s, 0);
+  for (PartKind k : kPartKinds) {
+    const int extra = k == PartKind::kHead ? 1 : 0;
+    EXPECT_EQ(p.collectives.at(k, Dir::kF), tp_collectives(k, Dir::kF) + extra) << part_kind_str(k);
+    EXPECT_GE(p.collectives.at(k, Dir::kI) + p.collectives.at(k, Dir::kW),
+              tp_collectives(k, Dir::kI) + tp_collectives(k, Dir::kW))
+        << part_kind_str(k);
+    for (Dir d : kPartDirs)
+      EXPECT_TRUE(std::isfinite(p.time.at(k, d)) && p.time.at(k, d) >= 0)
+          << part_kind_str(k) << " " << dir_str(d);
+  }
+  EXPECT_GT(p.time.at(PartKind::kPost, Dir::kF), 0);
+  EXPECT_GT(p.attn_recompute_f, 0);
+  const CostModel c = CostModel::from_part_costs(files[0], "tp profile");
+  EXPECT_EQ(c.tensor_parallel(), 2);
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs)
+      EXPECT_DOUBLE_EQ(c.part_time(k, d), p.time.at(k, d) + tp_collectives(k, d) * p.collective_s);
+  EXPECT_DOUBLE_EQ(c.attn_recompute_time(), p.attn_recompute_f + p.collective_s);
+  // A group size without its group is refused.
+  EXPECT_THROW(profile_parts(cfg, o), Error);
 }
 
 TEST(Profile, BadOptionsAreErrors) {

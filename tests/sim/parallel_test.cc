@@ -140,6 +140,59 @@ TEST(Parallel, ShardCostsSplitComputeAndChargeCollectivesOnTheGivenLink) {
   EXPECT_THROW(bad.set_collective_times(PartTable{}, 3, 0), Error);
 }
 
+// A part-cost file of one tensor-parallel rank (profile --tensor-parallel): its part times are the
+// rank's compute, and the group's collectives go on top as shard_costs puts them. The same
+// numbers as the test above, halved by hand, give the same cost model.
+TEST(Parallel, TensorParallelPartCostsAddTheirCollectivesAsShardCostsDoes) {
+  auto j = nlohmann::json::parse(R"({
+    "embed":{"F":0.5,"I":0,"W":0.25}, "pre":{"F":1,"I":2,"W":3}, "attn":{"F":10,"I":20,"W":0},
+    "post":{"F":40,"I":5,"W":6}, "head":{"F":7,"I":8,"W":9}, "attn_recompute_F":2,
+    "post_gate_up_F":24, "post_down_F":12, "link":{"latency_s":3e-6,"bandwidth_Bps":5e9}})");
+  const CostModel whole = CostModel::from_part_costs(j);
+  const double coll = 0.5e-3 + 1e-5;
+  const CostModel sharded = shard_costs(whole, 2, 1e6, LinkProfile{1e-5, 1e9});
+  auto half = nlohmann::json::parse(R"({
+    "embed":{"F":0.25,"I":0,"W":0.125}, "pre":{"F":0.5,"I":1,"W":1.5}, "attn":{"F":5,"I":10,"W":0},
+    "post":{"F":20,"I":2.5,"W":3}, "head":{"F":3.5,"I":4,"W":4.5}, "attn_recompute_F":1,
+    "post_gate_up_F":12, "post_down_F":6, "link":{"latency_s":3e-6,"bandwidth_Bps":5e9}})");
+  half["tensor_parallel"] = {{"size", 2}, {"collective_s", coll}};
+  const CostModel c = CostModel::from_part_costs(half, "tp.json");
+  EXPECT_EQ(c.tensor_parallel(), 2);
+  EXPECT_EQ(whole.tensor_parallel(), 1);
+  EXPECT_DOUBLE_EQ(c.tp_collective_s(), coll);
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs) {
+      EXPECT_DOUBLE_EQ(c.part_time(k, d), sharded.part_time(k, d))
+          << part_kind_str(k) << " " << dir_str(d);
+      EXPECT_DOUBLE_EQ(c.collective_time(k, d), sharded.collective_time(k, d))
+          << part_kind_str(k) << " " << dir_str(d);
+    }
+  // post F: 20 s of compute and 3 collectives.
+  EXPECT_DOUBLE_EQ(c.part_time(PartKind::kPost, Dir::kF), 20 + 3 * coll);
+  EXPECT_DOUBLE_EQ(c.attn_recompute_time(), 1 + coll);
+  EXPECT_DOUBLE_EQ(c.post_down_time(), 6 + coll);
+  EXPECT_DOUBLE_EQ(c.post_gate_up_time(), 12);
+  // Written back in the file's own shape (compute alone and the block), so it loads unchanged.
+  const nlohmann::json back = sharded.to_json();
+  EXPECT_EQ(back["tensor_parallel"]["size"], 2);
+  EXPECT_NEAR(back["post"]["F"].get<double>(), 20, 1e-12);
+  const CostModel again = CostModel::from_part_costs(back, "round trip");
+  for (PartKind k : kPartKinds)
+    for (Dir d : kPartDirs)
+      EXPECT_NEAR(again.part_time(k, d), c.part_time(k, d), 1e-12)
+          << part_kind_str(k) << " " << dir_str(d);
+  EXPECT_NEAR(again.attn_recompute_time(), c.attn_recompute_time(), 1e-12);
+  // A rank's costs are not sharded a second time, and a bad block says what it expects.
+  EXPECT_THROW(shard_costs(c, 2, 1e6, LinkProfile{1e-5, 1e9}), Error);
+  for (const char* bad :
+       {R"({"size":1,"collective_s":0.1})", R"({"size":2})", R"({"size":2,"collective_s":-1})",
+        R"({"size":2.5,"collective_s":0})", R"({"size":2,"collective_s":0,"x":1})", R"(4)"}) {
+    nlohmann::json b = half;
+    b["tensor_parallel"] = nlohmann::json::parse(bad);
+    EXPECT_THROW(CostModel::from_part_costs(b, "bad.json"), Error) << bad;
+  }
+}
+
 TEST(Parallel, StagesShareANodeOnlyWhenTheirTpDpGroupsFit) {
   const ModelConfig cfg = test_model();
   const DeviceProfile dev = test_device();
