@@ -105,6 +105,12 @@ void print_row(const BenchRow& x, const BenchRequest& f) {
     if (x.tp_pred_pingpong_s)
       line += fmt::format("; on the profile's ping-pong link {}", human_seconds(*x.tp_pred_pingpong_s));
     line += ")";
+    if (x.tp_pred_profile_s)
+      line += fmt::format(
+          "\n  the profile's measured collective ({} per N x h) for these bytes: {} "
+          "({:+.1f}% of the transfer)",
+          human_seconds(x.tp_profile_collective_s), human_seconds(*x.tp_pred_profile_s),
+          100 * (*x.tp_pred_profile_s - b.tp_transfer_s) / b.tp_transfer_s);
   }
   fmt::print("{}\n", line);
   std::fflush(stdout);

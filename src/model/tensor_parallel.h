@@ -45,7 +45,8 @@ class TpGroup {
   struct Stats {
     int64_t collectives = 0, bytes_sent = 0;
     double seconds = 0;
-    std::vector<double> each;  // the seconds of every collective, in call order
+    std::vector<double> each;         // the seconds of every collective, in call order
+    std::vector<int64_t> each_bytes;  // and the bytes this rank sent in it
   };
   const Stats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }

@@ -126,6 +126,15 @@ void fill_ranks(BenchRow& x, const BenchRequest& r, const Measured& m,
     x.tp_pred_pingpong_s = tp_group_time(busiest->tp_collectives, busiest->tp_bytes_sent,
                                          r.tensor_parallel, cost->cost.link(0, 0));
     x.json["tp_comm_pred_pingpong_s"] = *x.tp_pred_pingpong_s;
+    const CostModel& c = cost->cost;
+    if (c.tensor_parallel() > 1 && cost->model) {
+      const int T = r.tensor_parallel;
+      const double one = static_cast<double>(r.seq_len * cost->model->hidden) *
+                         cost->elem_bytes.compute * (T - 1) / T;
+      x.tp_pred_profile_s = static_cast<double>(busiest->tp_bytes_sent) / one * c.tp_collective_s();
+      x.tp_profile_collective_s = c.tp_collective_s();
+      x.json["tp_comm_pred_profile_s"] = *x.tp_pred_profile_s;
+    }
   }
 }
 

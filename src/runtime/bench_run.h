@@ -77,6 +77,10 @@ struct BenchRow {
   LinkProfile tp_link;
   double tp_pred_s = 0;
   std::optional<double> tp_pred_pingpong_s;
+  // With a tensor-parallel rank's profile: its measured time per N x h collective, times the
+  // bytes this rank sent over those of one such collective.
+  std::optional<double> tp_pred_profile_s;
+  double tp_profile_collective_s = 0;
   nlohmann::json json;
 };
 

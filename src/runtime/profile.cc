@@ -62,6 +62,7 @@ double timed_run(Model& model, const ComputeOp& op, Recompute policy, TransferMo
       coll.seconds.at(k, d) += c;
       coll.count.at(k, d) += 1;
       coll.each.push_back(c);
+      coll.each_bytes.push_back(tp->stats().each_bytes[i]);
     }
   return t;
 }
@@ -245,6 +246,7 @@ PartProfile profile_parts(const ModelConfig& cfg, const ProfileOptions& opt, Com
   PartTimer timer(cfg, opt, T > 1 ? tensor : nullptr);
   std::map<std::pair<PartKind, Dir>, std::vector<double>> samples;
   std::vector<double> attn_extra, each;
+  std::vector<int64_t> each_bytes;
   PartTable counts;
   for (int r = 0; r < opt.warmup + opt.repeats; ++r) {
     const PartTable none = timer.pass(Recompute::kNone);
@@ -255,6 +257,7 @@ PartProfile profile_parts(const ModelConfig& cfg, const ProfileOptions& opt, Com
         for (Dir d : kPartDirs)
           samples[{k, d}].push_back(std::max(0.0, none.at(k, d) - coll.seconds.at(k, d)));
       each.insert(each.end(), coll.each.begin(), coll.each.end());
+      each_bytes.insert(each_bytes.end(), coll.each_bytes.begin(), coll.each_bytes.end());
       counts = coll.count;
     }
     if (opt.measure_attn_recompute && r >= opt.warmup) attn_extra.push_back(timer.qkv_recompute());
@@ -302,9 +305,18 @@ PartProfile profile_parts(const ModelConfig& cfg, const ProfileOptions& opt, Com
       out.attn_recompute_f = std::max(out.attn_recompute_f, theirs[j]);
       for (size_t c = 0; c < n; ++c) each[c] = std::min(each[c], theirs[cells + c]);
     }
-    HP_CHECK(n > 0, "profile: a group of {} ran no collective", T);
+    // The collectives of one N x h activation: a rank sends (T-1)/T of it.
+    const int64_t full = opt.seq_len * opt.microbatch_size / T * cfg.hidden * (T - 1) *
+                         dtype_bytes(opt.precision.compute);
+    std::vector<double> activation;
+    for (size_t c = 0; c < n; ++c)
+      if (each_bytes[c] == full) activation.push_back(each[c]);
+    HP_CHECK(!activation.empty(),
+             "profile: a group of {} ran no all-gather or reduce-scatter of "
+             "the {} x {} activation",
+             T, opt.seq_len * opt.microbatch_size, cfg.hidden);
     out.tensor_parallel = T;
-    out.collective_s = median(each);
+    out.collective_s = median(activation);
     out.collectives = counts;
   }
   const PostGemmShares shares = post_gemm_shares(cfg);
@@ -478,7 +490,7 @@ std::string profile_report_text(const ModelConfig& cfg, const ProfileOptions& op
     fmt::format_to(
         out,
         "collective {} per all-gather or reduce-scatter of {} (the group's shortest time, "
-        "median of the profile's); the link model on the link above: {} ({:+.1f}%)\n",
+        "median of the profile's of that size); the link model on the link above: {} ({:+.1f}%)\n",
         human_seconds(p.collective_s), human_bytes(act), human_seconds(modelled),
         100 * (modelled - p.collective_s) / p.collective_s);
     fmt::format_to(out, "          per micro-batch and part, F/I/W:");

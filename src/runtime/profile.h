@@ -48,9 +48,10 @@ struct PartProfile {
   // With tensor_parallel > 1, `time` is one rank's compute alone (each part's time less the
   // seconds inside its collectives), the slowest rank's cell by cell: a group runs at its slowest
   // rank's pace. `collective_s` is one all-gather or reduce-scatter of the N x h activation: the
-  // median over the profile's collectives of the group's shortest time for each (the rank that
-  // arrives last waits for the data only). `collectives` counts them per part (one rank's,
-  // per micro-batch: the runtime's counts, a split W re-gathering its inputs).
+  // median over the profile's collectives of that size (not the head's loss statistics) of the
+  // group's shortest time for each (the rank that arrives last waits for the data only).
+  // `collectives` counts them per part (one rank's, per micro-batch: the runtime's counts, a split
+  // W re-gathering its inputs).
   int tensor_parallel = 1;
   double collective_s = 0;
   PartTable collectives;
@@ -102,10 +103,11 @@ class PartTimer {
   PartTable pass(Recompute policy);
   // What the last pass spent in the group's collectives (all zero without a group): seconds and
   // counts per micro-batch in pass()'s cells (so pass() less `seconds` is the compute), and the
-  // seconds of each collective in call order.
+  // seconds of each collective in call order with the bytes this rank sent in it.
   struct Collectives {
     PartTable seconds, count;
     std::vector<double> each;
+    std::vector<int64_t> each_bytes;
   };
   const Collectives& last_collectives() const;
   // Seconds of the work attention's backward adds under no-attn, timed alone on the same backend

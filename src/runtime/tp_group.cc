@@ -157,6 +157,7 @@ void CommTpGroup::count(int64_t bytes_sent, double t0) {
   const double dt = now_seconds() - t0;
   stats_.seconds += dt;
   stats_.each.push_back(dt);
+  stats_.each_bytes.push_back(bytes_sent);
 }
 
 }  // namespace hp

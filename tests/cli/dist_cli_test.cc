@@ -495,6 +495,9 @@ TEST_F(DistCliTest, ProfileOfATensorParallelRankFeedsSimulateAndBench) {
   const auto row = nlohmann::json::parse(std::ifstream(path("tp_bench.json")))["rows"][0];
   EXPECT_GT(row["predicted_step_s"].get<double>(), 0);
   EXPECT_TRUE(row["stash_exact"].get<bool>()) << row.dump();
+  // The step's collectives charged at the profile's measured time per N x h collective.
+  EXPECT_GT(row["tp_comm_pred_profile_s"].get<double>(), 0) << row.dump();
+  EXPECT_NE(b.out.find("the profile's measured collective"), std::string::npos) << b.out;
   // A whole-stage run cannot take a rank's profile.
   const RunResult whole = run(2, "bench --model=" + path("cfg.json") +
                                      " --seq-len=32 --microbatches=2 --schedules=1f1b --stages=2"
