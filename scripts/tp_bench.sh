@@ -64,7 +64,8 @@ import json, os, sys
 out, seqs = sys.argv[1], sys.argv[2:]
 print(f"{'s':>6} {'layout':<22} {'tokens/s':>9} {'vs P=2 1f1b':>11} {'MiB/rank':>9} "
       f"{'step':>8} {'predicted':>9} {'error':>7} "
-      f"{'TP comm':>9} {'transfer':>9} {'link model':>10} {'error':>7}")
+      f"{'TP comm':>9} {'transfer':>9} {'link model':>10} {'error':>7} {'profile coll':>12} "
+      f"{'error':>7}")
 for s in seqs:
     rows = []
     for f, lay in (("tp2", "T=2 x P=1"), ("tp2r", "T=2 x P=1 rank-prof"), ("pp2", "P=2"),
@@ -78,6 +79,8 @@ for s in seqs:
     for l, r in rows:
         tp, tr, pred = r.get("tp_comm_s"), r.get("tp_transfer_s"), r.get("tp_comm_pred_s")
         err = f"{100 * (pred - tr) / tr:+.1f}%" if tr else "-"
+        pc = r.get("tp_comm_pred_profile_s")
+        perr = f"{100 * (pc - tr) / tr:+.1f}%" if pc and tr else "-"
         step, ps = r["step_s"], r.get("predicted_step_s")
         serr = f"{100 * (ps - step) / step:+.1f}%" if ps else "-"
         vs = f"{r['tokens_per_s'] / base:.3f}" if base else "-"
@@ -85,5 +88,6 @@ for s in seqs:
               f"{r['peak_rank_bytes'] / 2**20:>9.1f} "
               f"{step:>7.3f}s {(f'{ps:.3f}s' if ps else '-'):>9} {serr:>7} "
               f"{(f'{tp:.3f} s' if tp else '-'):>9} {(f'{tr:.3f} s' if tr else '-'):>9} "
-              f"{(f'{pred:.3f} s' if pred else '-'):>10} {err:>7}")
+              f"{(f'{pred:.3f} s' if pred else '-'):>10} {err:>7} "
+              f"{(f'{pc:.3f} s' if pc else '-'):>12} {perr:>7}")
 PY
