@@ -83,9 +83,15 @@ void CostModel::set_collective_times(const PartTable& parts, double attn_recompu
 }
 
 int tp_collectives(PartKind k, Dir d) {
-  static constexpr int kCounts[5][3] = {{1, 0, 1}, {0, 0, 0}, {1, 1, 1}, {3, 3, 1}, {1, 2, 0}};
-  HP_CHECK(d != Dir::kB, "tp_collectives: ask for I and W (B = I + W)");
+  static constexpr int kCounts[5][3] = {{1, 0, 1}, {0, 0, 0}, {1, 1, 1}, {3, 4, 3}, {1, 2, 1}};
+  HP_CHECK(d != Dir::kB, "tp_collectives: ask for I and W (B = I + W - tp_fused_saving)");
   return kCounts[static_cast<int>(k)][d == Dir::kF ? 0 : d == Dir::kI ? 1 : 2];
+}
+
+int tp_fused_saving(PartKind k) {
+  if (k == PartKind::kPost) return 3;  // Z, dX' and dR gathered once for I and W together
+  if (k == PartKind::kHead) return 1;  // Zf likewise
+  return 0;
 }
 
 void CostModel::add_tp_collectives(int t, double collective_s) {
@@ -104,6 +110,8 @@ void CostModel::add_tp_collectives(int t, double collective_s) {
     }
   attn_recompute_f_ += collective_s;
   post_down_f_ += collective_s;
+  for (PartKind k : kPartKinds)
+    fused_saving_[static_cast<size_t>(k)] = tp_fused_saving(k) * collective_s;
   set_collective_times(comm, collective_s, collective_s);
   tp_ = t;
   tp_coll_s_ = collective_s;
@@ -127,7 +135,10 @@ double CostModel::op_time(const ComputeOp& op, Recompute policy, const PartTable
   double t = 0;
   for (const Part& p : op.parts) {
     if (!(head_in_backward_ && p.kind == PartKind::kHead && op.dir == Dir::kF))
-      t += op.dir == Dir::kB ? part(p, Dir::kI) + part(p, Dir::kW) : part(p, op.dir);
+      // A fused backward does not repeat the gathers a split W pass makes again.
+      t += op.dir == Dir::kB
+               ? part(p, Dir::kI) + part(p, Dir::kW) - fused_saving_[static_cast<size_t>(p.kind)]
+               : part(p, op.dir);
     if (policy == Recompute::kNoAttn && p.kind == PartKind::kAttn &&
         (op.dir == Dir::kB || op.dir == Dir::kI))
       t += scaled(attn_recompute_f_, attn_recompute_comm_, PartKind::kAttn, Dir::kF);

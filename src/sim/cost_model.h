@@ -97,7 +97,8 @@ class CostModel {
   // all-gather or reduce-scatter of an activation takes `collective_s`: each part gets
   // tp_collectives(kind, dir) of them on top of its time (which is its compute alone until now),
   // attention's QKV rebuild under no-attn and a recomputed post's down projection one each (a
-  // post's repeated gate and up reuse the gathered input), all recorded as collective times.
+  // post's repeated gate and up reuse the gathered input), all recorded as collective times; a
+  // fused backward (op_time of a B op) is charged tp_fused_saving(kind) fewer.
   // Once only: a model that is already a TP rank's is refused.
   void add_tp_collectives(int t, double collective_s);
   int tensor_parallel() const { return tp_; }  // 1, or the group these costs are a rank of
@@ -117,6 +118,7 @@ class CostModel {
   PartTable time_;   // seconds per part kind and direction
   PartTable flops_;  // model FLOPs, likewise
   PartTable comm_;   // of time_, the seconds inside TP collectives (set_collective_times)
+  std::array<double, 5> fused_saving_{};  // per part kind: tp_fused_saving * the collective
   int tp_ = 1;
   double tp_coll_s_ = 0;
   double attn_recompute_comm_ = 0, post_down_comm_ = 0;
@@ -132,9 +134,13 @@ class CostModel {
 };
 
 // The sequence-parallel collectives (all-gathers and reduce-scatters of a micro-batch's N x h
-// activation) a part of kind `k` makes in direction `d` (F, I or W) on one tensor-parallel rank:
-// embed 1/0/1, pre 0/0/0, attn 1/1/1, post 3/3/1, head 1/2/0 (sim/parallel.h says which).
+// activation) a part of kind `k` makes in direction `d` (F, I or W, each run alone, as
+// src/model/parts.cc runs them) on one tensor-parallel rank: embed 1/0/1, pre 0/0/0, attn 1/1/1,
+// post 3/4/3, head 1/2/1 (sim/parallel.h says which).
 int tp_collectives(PartKind k, Dir d);
+// Of a part's I + W collectives, those a fused backward (B) does not make: the inputs a split W
+// pass gathers again (post 3: Z, dX', dR; head 1: Zf; others 0). B makes post 4, head 2.
+int tp_fused_saving(PartKind k);
 
 // Shares of a post's forward GEMM FLOPs (W_o, then gate and up, or GPT's fc1, then down or fc2):
 // in the gate and up GEMMs, and in the down projection. `profile` splits its measured post F by

@@ -7,25 +7,28 @@
 //    all-gather or reduce-scatter of the T x h activation each costing
 //    (t-1)/t * T*h*bytes / bandwidth + (t-1) * latency:
 //      attn F 1 (gather A before QKV), post F 3 (scatter after W_o, gather before the MLP,
-//      scatter after W_down); the same counts in I (transposed collectives); W re-gathers its
-//      input, 1 for attn and 1 for post; the vocabulary-parallel embedding F 1 (scatter of the
-//      slices' lookups) and W 1 (gather of dX); the head F 1 (gather Zf; the loss statistics'
-//      gather is 2/h of that and not counted) and I 2 (gather Zf, scatter dZf); attention's own
-//      QKV recompute under no-attn 1; a recomputed post that skips its down projection skips
-//      its scatter too (post_down_F: 1), the second gate/up none. B = I + W is then what the
-//      runtime does in a fused backward (src/model/parts.cc: attn 2, post 4, head 2, embed 1); a
-//      split W pass there re-gathers more (post 3, head 1), which these counts leave out
-//      (docs/tensor-parallel.md).
-//  - PP: the schedule, simulated as usual, with message bytes / t (each TP rank sends its shard over
+//      scatter after W_down); attn I 1 (scatter dA), post I 4 (gather dX', gather Z, scatter dZ,
+//      gather dR); W gathers its inputs again, attn 1 (A), post 3 (dX', Z, dR); the
+//      vocabulary-parallel embedding F 1 (scatter of the slices' lookups) and W 1 (gather of
+//      dX); the head F 1 (gather Zf; the loss statistics' gathers are 2/h of that and not
+//      counted), I 2 (gather Zf, scatter dZf) and W 1 (Zf again); attention's own QKV recompute
+//      under no-attn 1; a recomputed post that skips its down projection skips its scatter too
+//      (post_down_F: 1), the second gate/up none. These are the runtime's counts for I and W run
+//      as separate passes (src/model/parts.cc; `profile --tensor-parallel` prints them); a fused
+//      backward B keeps the gathered inputs for its W half and makes tp_fused_saving fewer (post
+//      3, head 1): attn 2, post 4, head 2, embed 1 (docs/tensor-parallel.md).
+//  - PP: the schedule, simulated as usual, with message bytes / t (each TP rank sends its shard
+//  over
 //    its own link at the same time) and the stages of a node = gpus_per_node / (t*d); inter-node
 //    messages of a stage share its network port (SimOptions::shared_nic).
-//  - DP: the gradient all-reduce of each GPU's parameters (bf16, ring: 2 (d-1)/d * bytes / bw), after
+//  - DP: the gradient all-reduce of each GPU's parameters (bf16, ring: 2 (d-1)/d * bytes / bw),
+//  after
 //    the pipeline flush and not overlapped with it (an upper bound; Megatron overlaps part of it).
 //    Intra-node when t*d <= gpus_per_node, else inter-node.
 // Memory per GPU = weights, gradients and optimizer state of the busiest stage's parameters / t
 // (bf16 weight 2 B + fp32 gradient 4 B + fp32 master, Adam m and v 12 B sharded over d: Megatron's
-// distributed optimizer) + the stage's peak activation stash / t + the working memory of one layer's
-// backward (its recomputed activations and gradients / t; with a chunked MLP the T x ffn
+// distributed optimizer) + the stage's peak activation stash / t + the working memory of one
+// layer's backward (its recomputed activations and gradients / t; with a chunked MLP the T x ffn
 // temporaries shrink to chunk x ffn).
 #pragma once
 

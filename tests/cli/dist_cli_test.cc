@@ -458,8 +458,8 @@ TEST_F(DistCliTest, ProfileOfATensorParallelRankFeedsSimulateAndBench) {
   ASSERT_TRUE(costs.contains("tensor_parallel")) << costs.dump();
   EXPECT_EQ(costs["tensor_parallel"]["size"], 2);
   EXPECT_GT(costs["tensor_parallel"]["collective_s"].get<double>(), 0);
-  // The runtime's collectives per micro-batch: the forward's are the simulator's counts, plus the
-  // gather of the loss statistics in the head.
+  // The runtime's collectives per micro-batch and pass: the simulator's counts, plus the gather of
+  // the loss statistics in the head's forward.
   const auto report = nlohmann::json::parse(prof.out.substr(prof.out.find('{')));
   const auto& counts = report["info"]["collectives_per_part"];
   EXPECT_EQ(counts["embed"]["F"], 1);
@@ -467,6 +467,8 @@ TEST_F(DistCliTest, ProfileOfATensorParallelRankFeedsSimulateAndBench) {
   EXPECT_EQ(counts["attn"]["F"], 1);
   EXPECT_EQ(counts["post"]["F"], 3);
   EXPECT_EQ(counts["head"]["F"], 2);
+  EXPECT_EQ(counts["post"]["I"], 4);
+  EXPECT_EQ(counts["post"]["W"], 3);
 
   const std::string sim =
       "simulate --schedule=1f1b --stages=1 --microbatches=2 --model=" + path("cfg.json") +

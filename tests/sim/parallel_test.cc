@@ -64,9 +64,26 @@ TEST(Parallel, TensorParallelDividesComputeAndAddsSequenceParallelCollectives) {
     EXPECT_NEAR(c.part_time(PartKind::kAttn, Dir::kF), base.part_time(PartKind::kAttn, Dir::kF) / t + coll, 1e-12);
     EXPECT_NEAR(c.part_time(PartKind::kAttn, Dir::kI), base.part_time(PartKind::kAttn, Dir::kI) / t + coll, 1e-12);
     EXPECT_NEAR(c.part_time(PartKind::kPost, Dir::kF), base.part_time(PartKind::kPost, Dir::kF) / t + 3 * coll, 1e-12);
-    EXPECT_NEAR(c.part_time(PartKind::kPost, Dir::kI), base.part_time(PartKind::kPost, Dir::kI) / t + 3 * coll, 1e-12);
-    EXPECT_NEAR(c.part_time(PartKind::kPost, Dir::kW), base.part_time(PartKind::kPost, Dir::kW) / t + coll, 1e-12);
-    EXPECT_NEAR(c.part_time(PartKind::kHead, Dir::kW), base.part_time(PartKind::kHead, Dir::kW) / t, 1e-15);
+    // I and W as separate passes: post I gathers dX', Z, dR and scatters dZ; W gathers its inputs
+    // (dX', Z, dR; the head's Zf) again.
+    EXPECT_NEAR(c.part_time(PartKind::kPost, Dir::kI),
+                base.part_time(PartKind::kPost, Dir::kI) / t + 4 * coll, 1e-12);
+    EXPECT_NEAR(c.part_time(PartKind::kPost, Dir::kW),
+                base.part_time(PartKind::kPost, Dir::kW) / t + 3 * coll, 1e-12);
+    EXPECT_NEAR(c.part_time(PartKind::kHead, Dir::kW),
+                base.part_time(PartKind::kHead, Dir::kW) / t + coll, 1e-12);
+    // A fused backward keeps them: post 4, head 2, attn 2 (src/model/parts.cc).
+    ComputeOp b;
+    b.dir = Dir::kB;
+    b.parts = {Part::post(1)};
+    EXPECT_NEAR(c.op_time(b, Recompute::kNone),
+                base.part_time(PartKind::kPost, Dir::kB) / t + 4 * coll, 1e-12);
+    b.parts = {Part::head()};
+    EXPECT_NEAR(c.op_time(b, Recompute::kNone),
+                base.part_time(PartKind::kHead, Dir::kB) / t + 2 * coll, 1e-12);
+    b.parts = {Part::attn(1)};
+    EXPECT_NEAR(c.op_time(b, Recompute::kNone),
+                base.part_time(PartKind::kAttn, Dir::kB) / t + 2 * coll, 1e-12);
     // Vocabulary-parallel embedding and head: the runtime's collectives (src/model/parts.cc).
     EXPECT_NEAR(c.part_time(PartKind::kEmbed, Dir::kF), base.part_time(PartKind::kEmbed, Dir::kF) / t + coll, 1e-12);
     EXPECT_NEAR(c.part_time(PartKind::kEmbed, Dir::kW), base.part_time(PartKind::kEmbed, Dir::kW) / t + coll, 1e-12);
@@ -102,8 +119,12 @@ TEST(Parallel, ShardCostsSplitComputeAndChargeCollectivesOnTheGivenLink) {
           << part_kind_str(k) << " " << dir_str(d);
     }
   EXPECT_EQ(tp_collectives(PartKind::kPost, Dir::kF), 3);
-  EXPECT_EQ(tp_collectives(PartKind::kPost, Dir::kI), 3);
-  EXPECT_EQ(tp_collectives(PartKind::kHead, Dir::kW), 0);
+  EXPECT_EQ(tp_collectives(PartKind::kPost, Dir::kI), 4);
+  EXPECT_EQ(tp_collectives(PartKind::kPost, Dir::kW), 3);
+  EXPECT_EQ(tp_collectives(PartKind::kHead, Dir::kW), 1);
+  EXPECT_EQ(tp_fused_saving(PartKind::kPost), 3);
+  EXPECT_EQ(tp_fused_saving(PartKind::kHead), 1);
+  EXPECT_EQ(tp_fused_saving(PartKind::kAttn), 0);
   EXPECT_THROW(tp_collectives(PartKind::kAttn, Dir::kB), Error);
   EXPECT_DOUBLE_EQ(c.attn_recompute_time(), 1 + coll);
   EXPECT_DOUBLE_EQ(c.post_gate_up_time(), 12);
@@ -113,18 +134,24 @@ TEST(Parallel, ShardCostsSplitComputeAndChargeCollectivesOnTheGivenLink) {
   // t = 1 leaves the costs alone.
   EXPECT_DOUBLE_EQ(shard_costs(whole, 1, 1e6, link).part_time(PartKind::kPost, Dir::kF), 40);
 
-  // A calibration factor scales the compute, not the collectives. HelixPipe's backward of one post
-  // under no-attn: I (5/2 + 3 coll) and the recomputed post F, which keeps G and U and skips the
+  // A calibration factor scales the compute, not the collectives. ZB1P's input backward of one post
+  // under no-attn: I (5/2 + 4 coll) and the recomputed post F, which keeps G and U and skips the
   // down projection and the reduce-scatter after it: (40 - 12)/2 + (3 - 1) coll.
   ComputeOp one;
   one.dir = Dir::kI;
   one.parts = {Part::post(3)};
   one.recompute = recompute_parts(one, Recompute::kNoAttn);
-  EXPECT_NEAR(c.op_time(one, Recompute::kNoAttn), 2.5 + 3 * coll + 14 + 2 * coll, 1e-12);
+  EXPECT_NEAR(c.op_time(one, Recompute::kNoAttn), 2.5 + 4 * coll + 14 + 2 * coll, 1e-12);
   PartTable twice;
   for (PartKind k : kPartKinds)
     for (Dir d : kPartDirs) twice.at(k, d) = 2;
-  EXPECT_NEAR(c.op_time(one, Recompute::kNoAttn, &twice), 5 + 3 * coll + 28 + 2 * coll, 1e-12);
+  EXPECT_NEAR(c.op_time(one, Recompute::kNoAttn, &twice), 5 + 4 * coll + 28 + 2 * coll, 1e-12);
+  // A fused backward of one post, no recomputation: (5 + 6)/2 of compute (doubled) and 4
+  // collectives, not the 7 of separate I and W passes.
+  ComputeOp fused;
+  fused.dir = Dir::kB;
+  fused.parts = {Part::post(3)};
+  EXPECT_NEAR(c.op_time(fused, Recompute::kNone, &twice), 11 + 4 * coll, 1e-12);
   // Attention's backward under no-attn: I, W and the QKV rebuild, each with one gather.
   ComputeOp attn;
   attn.dir = Dir::kB;
