@@ -7,8 +7,8 @@
 #         measured just before it; used as measured, --no-calibrate),
 #   pp2: P=2 x T=1 (1f1b and helix F=1), dp2: D=2 x P=1 (1f1b),
 # each M micro-batches per replica, the median of STEPS timed steps after one warm-up, with the
-# simulator's step prediction from the profile (calibrated per step; not for D=2, whose gradient
-# all-reduce bench does not model).
+# simulator's step prediction from the profile (calibrated per step; for D=2 one replica's pipeline
+# and its gradient all-reduce).
 # Usage: scripts/tp_bench.sh [OUT_DIR]   (env: MODEL=small SEQS="4096 16384" M=4 STEPS=3
 #        LAYOUTS="tp2 tp2r pp2 dp2" HP=build/helixpipe)
 # Run on an otherwise idle machine. OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are unset here (they

@@ -48,7 +48,7 @@ void print_header(const BenchRequest& f, int layers, const Precision& prec,
              "store MiB meas");
 }
 
-void print_prediction_legend(int tensor_parallel, bool rank_profile) {
+void print_prediction_legend(int tensor_parallel, int data_parallel, bool rank_profile) {
   fmt::print(
       "predicted: the simulator on the part costs, each stage's parts scaled by its core's\n"
       "  calibration (a pass of one layer's parts before every timed step and after the last,\n"
@@ -56,6 +56,12 @@ void print_prediction_legend(int tensor_parallel, bool rank_profile) {
       "  replay: the simulator given each stage's measured compute time, so its error is the\n"
       "  schedule, bubble and communication model alone. stash pred '=': equal to the\n"
       "  measured bytes.\n");
+  if (data_parallel > 1)
+    fmt::print(
+        "  With D = {}: one replica's pipeline, each stage calibrated by its slowest rank over\n"
+        "  the replicas, then each stage's gradient all-reduce after its last op on the part\n"
+        "  costs' link (sim/parallel.h dp_allreduce_time).\n",
+        data_parallel);
   if (rank_profile)
     fmt::print(
         "  With T = {}: the part costs are one rank's, from profile --tensor-parallel={}: its\n"
@@ -211,7 +217,7 @@ int cmd_bench(int argc, char** argv) {
     const std::string transport =
         world ? fmt::format("MPI (mpirun, {} ranks)", world->size())
               : fmt::format("LocalWorld ({} threads of one process)", f.stages * f.grid());
-    const bool predict_steps = cost && f.data_parallel == 1;
+    const bool predict_steps = cost.has_value();
 
     if (root) print_header(f, L, prec, transport);
     BenchCallbacks cb;
@@ -222,11 +228,7 @@ int cmd_bench(int argc, char** argv) {
     const nlohmann::json rows =
         run_bench(world.get(), f, cfg, prec, variants, policies, cost, transport, cb);
     if (root && predict_steps)
-      print_prediction_legend(f.tensor_parallel, cost->cost.tensor_parallel() > 1);
-    if (root && cost && !predict_steps)
-      fmt::print(
-          "predicted: the step is not predicted with --data-parallel (the simulator's "
-          "pipeline is\n  one replica; its gradient all-reduce is not modelled here).\n");
+      print_prediction_legend(f.tensor_parallel, f.data_parallel, cost->cost.tensor_parallel() > 1);
     if (root && f.tensor_parallel > 1)
       fmt::print("tensor-parallel: the slowest rank's time inside the group's collectives (waits "
                  "included),\n  split into the transfer (per collective, the group's shortest time) and waiting for "

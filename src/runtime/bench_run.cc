@@ -142,12 +142,21 @@ void fill_ranks(BenchRow& x, const BenchRequest& r, const Measured& m,
 // timed step simulated with its stage's parts scaled by the passes around it, the prediction being
 // the median step (as the measured step is); and a replay given each stage's measured busy time, so
 // that what is left of the error is the schedule, bubble and communication model alone. With
-// `measured_tl`, writes the side-by-side timeline.
+// `measured_tl`, writes the side-by-side timeline. `dp_allreduce_s` (per stage; empty with one
+// replica): the replicas' gradient all-reduce, which each stage starts after its last op, so a
+// step ends at the latest of the pipeline's end and every stage's end plus its all-reduce.
 void add_prediction(BenchRow& x, const ScheduleSpec& spec, const CostSetup& cost, const Measured& m,
                     const std::optional<Calibration>& cal, const Timeline* measured_tl,
-                    const std::string& timeline_path) {
+                    const std::string& timeline_path, const std::vector<double>& dp_allreduce_s) {
   BenchPrediction p;
   nlohmann::json& row = x.json;
+  auto step_of = [&](const SimResult& r) {
+    double t = r.makespan;
+    for (size_t q = 0; q < dp_allreduce_s.size() && q < r.stages.size(); ++q)
+      t = std::max(t, r.stages[q].end + dp_allreduce_s[q]);
+    return t;
+  };
+  if (!dp_allreduce_s.empty()) row["predicted_dp_allreduce_s"] = dp_allreduce_s;
   std::vector<PartTable> factors;  // the median step's, per stage (none: unscaled)
   if (cal) {
     p.scale = cal->scale;
@@ -161,7 +170,7 @@ void add_prediction(BenchRow& x, const ScheduleSpec& spec, const CostSetup& cost
       per_part.push_back(f);
     }
     for (const std::vector<PartTable>& step : cal->steps)
-      p.step_each_s.push_back(simulate_spec(spec, cost, false, {}, step).result.makespan);
+      p.step_each_s.push_back(step_of(simulate_spec(spec, cost, false, {}, step).result));
     factors = cal->steps[median_index(p.step_each_s)];
     row["stage_time_scale"] = cal->scale;
     row["core_passes"] = cal->core;
@@ -182,10 +191,10 @@ void add_prediction(BenchRow& x, const ScheduleSpec& spec, const CostSetup& cost
     const double unscaled = plain.result.stages[q].busy;
     replay_scale.push_back(unscaled > 0 ? m.stages[q].busy_s / unscaled : 1.0);
   }
-  p.replay_step_s = simulate_spec(spec, cost, false, replay_scale).result.makespan;
+  p.replay_step_s = step_of(simulate_spec(spec, cost, false, replay_scale).result);
   row["replay_step_s"] = p.replay_step_s;
   // The same statistic as the measured step's: the median over the steps.
-  p.step_s = cal ? median(p.step_each_s) : sr.result.makespan;
+  p.step_s = cal ? median(p.step_each_s) : step_of(sr.result);
   p.bubble_fraction = sr.result.bubble_fraction;
   p.stash_exact = p.stash == x.stash;
   row["predicted_step_s"] = p.step_s;
@@ -211,6 +220,24 @@ CostSetup tensor_parallel_setup(const CostSetup& whole, const BenchRequest& r,
   c.cost = shard_costs(whole.cost, r.tensor_parallel, act_bytes, group_link);
   c.layout.tp = r.tensor_parallel;
   return c;
+}
+
+// Per stage, the replicas' gradient all-reduce (sim/parallel.h dp_allreduce_time: each rank sends
+// and receives 2 (D-1)/D of its gradients, as Comm's reduce-scatter + all-gather does) of the
+// largest gradient block among the stage's ranks, on the part costs' link between stages (the
+// profile's ping-pong). Empty with one replica.
+std::vector<double> dp_allreduce_times(const Measured& m, const BenchRequest& r, int stages,
+                                       const CostModel& cost) {
+  if (r.data_parallel <= 1) return {};
+  std::vector<int64_t> bytes(static_cast<size_t>(stages), 0);
+  for (size_t w = 0; w < m.ranks.size(); ++w) {
+    int64_t& b = bytes[w / static_cast<size_t>(r.tensor_parallel) % static_cast<size_t>(stages)];
+    b = std::max(b, m.ranks[w].grad_bytes);
+  }
+  std::vector<double> out;
+  for (int64_t b : bytes)
+    out.push_back(dp_allreduce_time(static_cast<double>(b), r.data_parallel, cost.link(0, 0)));
+  return out;
 }
 
 }  // namespace
@@ -293,9 +320,10 @@ nlohmann::json run_bench(Comm* world, const BenchRequest& r, const ModelConfig& 
   BenchSetup setup{cfg, r.seq_len, r.threads, r.steps, prec, &tokens, &targets};
   setup.data_parallel = r.data_parallel;
   setup.tensor_parallel = r.tensor_parallel;
-  // The simulator's step prediction and the core calibration model one pipeline (a stage of T
-  // ranks through shard_costs), not D replicas and their all-reduce.
-  const bool predict_steps = cost && r.data_parallel == 1;
+  // The simulator's step prediction models one pipeline (a stage of T ranks through shard_costs),
+  // calibrated by each stage's slowest rank over its group and the replicas, plus the replicas'
+  // gradient all-reduce.
+  const bool predict_steps = cost.has_value();
 
   nlohmann::json rows = nlohmann::json::array();
   std::set<std::pair<std::string, int>> done;  // (schedule label, policy) already measured
@@ -352,7 +380,7 @@ nlohmann::json run_bench(Comm* world, const BenchRequest& r, const ModelConfig& 
         const CostSetup pc =
             r.tensor_parallel > 1 ? tensor_parallel_setup(*cost, r, cfg, m.tp_link) : *cost;
         add_prediction(x, spec, pc, m, run.cal, measured_tl ? &*measured_tl : nullptr,
-                       r.timeline_path);
+                       r.timeline_path, dp_allreduce_times(m, r, sch.num_stages, pc.cost));
         timeline_written = timeline_written || want_tl;
       }
       fill_ranks(x, r, m, cost);

@@ -97,7 +97,7 @@ Measured measure_pipeline(Comm& world, const Schedule& sch, const BenchSetup& b,
   // The per-rank numbers below are the median step's (the same step on every rank).
   m.median_step = static_cast<int>(median_index(m.step_s));
   const DistStepResult& med = steps[static_cast<size_t>(m.median_step)];
-  constexpr int kStats = 12;  // [W x kStats], summed over the world as a gather
+  constexpr int kStats = 13;  // [W x kStats], summed over the world as a gather
   std::vector<double> buf(static_cast<size_t>(kStats * W), 0.0);
   const Precision& prec = st.params().precision();
   const int64_t param_bytes =
@@ -131,6 +131,7 @@ Measured measure_pipeline(Comm& world, const Schedule& sch, const BenchSetup& b,
   s[9] = grid.p;
   s[10] = transfer;
   s[11] = skew;
+  s[12] = static_cast<double>(st.params().size() * dtype_bytes(st.params().grads().dtype));
   world.allreduce_sum(buf.data(), static_cast<int64_t>(buf.size()));
   if (want_timeline) gather_timeline(*grid.pipeline, tl);
 
@@ -145,6 +146,7 @@ Measured measure_pipeline(Comm& world, const Schedule& sch, const BenchSetup& b,
     rm.tp_transfer_s = x[10];
     rm.tp_skew_s = x[11];
     rm.param_bytes = static_cast<int64_t>(x[8]);
+    rm.grad_bytes = static_cast<int64_t>(x[12]);
     m.ranks.push_back(rm);
     if (q >= P * T || q % T != 0) continue;  // a stage's row: replica 0, tensor rank 0
     StageStats& ss = m.stages[static_cast<size_t>(x[9])];
@@ -247,14 +249,18 @@ Calibration calibrate(const std::vector<std::vector<PartTable>>& times, const Co
   return c;
 }
 
-std::vector<PartTable> slowest_of_groups(const std::vector<PartTable>& ranks, int t) {
+std::vector<PartTable> slowest_of_groups(const std::vector<PartTable>& ranks, int t, int stages) {
   HP_CHECK(t >= 1 && !ranks.empty() && ranks.size() % static_cast<size_t>(t) == 0,
            "internal: {} ranks do not make groups of {}", ranks.size(), t);
-  std::vector<PartTable> out(ranks.size() / static_cast<size_t>(t));
+  const size_t groups = ranks.size() / static_cast<size_t>(t);
+  const size_t P = stages > 0 ? static_cast<size_t>(stages) : groups;
+  HP_CHECK(groups % P == 0, "internal: {} groups of {} ranks do not make replicas of {} stages",
+           groups, t, P);
+  std::vector<PartTable> out(P);
   for (size_t r = 0; r < ranks.size(); ++r)
     for (PartKind k : kPartKinds)
       for (Dir d : kPartDirs) {
-        double& x = out[r / static_cast<size_t>(t)].at(k, d);
+        double& x = out[r / static_cast<size_t>(t) % P].at(k, d);
         x = std::max(x, ranks[r].at(k, d));
       }
   return out;
@@ -263,9 +269,6 @@ std::vector<PartTable> slowest_of_groups(const std::vector<PartTable>& ranks, in
 CalibratedRun measure_calibrated(Comm* world, const Schedule& sch, const BenchSetup& b,
                                  const CostModel* cost, bool want_timeline) {
   CalibratedRun out;
-  HP_CHECK(!cost || b.data_parallel == 1,
-           "bench: core calibration models one pipeline; use --no-calibrate with "
-           "--data-parallel");
   std::vector<std::vector<PartTable>> times;  // [pass][stage], rank 0's after the exchange
   auto run_on = [&](Comm& c) {
     // Each rank keeps a one-layer model of the same shape and times its parts before every timed
@@ -308,7 +311,7 @@ CalibratedRun measure_calibrated(Comm* world, const Schedule& sch, const BenchSe
       for (int q = 0; q < c.size(); ++q)
         ranks.push_back(
             get_cells(&all[(k * static_cast<size_t>(c.size()) + static_cast<size_t>(q)) * kCells]));
-      times.push_back(slowest_of_groups(ranks, b.tensor_parallel));
+      times.push_back(slowest_of_groups(ranks, b.tensor_parallel, sch.num_stages));
     }
   };
   if (world) {

@@ -30,6 +30,7 @@ struct RankMeasured {
   double tp_transfer_s = 0, tp_skew_s = 0;
   int64_t peak_store_bytes = 0;
   int64_t param_bytes = 0;     // weights, gradients and the compute copy of this rank's block
+  int64_t grad_bytes = 0;      // the gradients alone: what the replicas' all-reduce sums
 };
 
 // What one schedule measured, identical on every rank after the exchange.
@@ -88,15 +89,17 @@ struct Calibration {
 // pre + attn + post factor.
 Calibration calibrate(const std::vector<std::vector<PartTable>>& times, const CostModel& cost);
 
-// A tensor-parallel stage's calibration pass from its t ranks' (ranks q*t .. q*t + t - 1 of
-// `ranks` make stage q, with D = 1): cell by cell the slowest rank's, since every collective inside
-// a part waits for the group's last rank.
-std::vector<PartTable> slowest_of_groups(const std::vector<PartTable>& ranks, int t);
+// Each stage's calibration pass from the passes of every rank that holds it (world rank
+// (d*P + p)*t + tp holds stage p: its t tensor ranks in each of the replicas): cell by cell the
+// slowest, since every collective inside a part waits for the group's last rank and the replicas'
+// gradient all-reduce for the last replica. `stages` = P (0: one stage per group of t, D = 1).
+std::vector<PartTable> slowest_of_groups(const std::vector<PartTable>& ranks, int t,
+                                         int stages = 0);
 
 // One schedule's run for bench: measure_pipeline with, when `cost` is given, the calibration passes
-// between the steps (calibration needs D = 1; with T > 1 every rank times the whole one-layer
-// parts and each stage takes its group's slowest, slowest_of_groups). On `world` when given (D x P
-// x T ranks), else on as many in-process ranks (LocalWorld). The result is rank 0's (empty
+// between the steps (every rank times the whole one-layer parts and each stage takes the slowest of
+// its ranks over the tensor group and the replicas, slowest_of_groups). On `world` when given (D x
+// P x T ranks), else on as many in-process ranks (LocalWorld). The result is rank 0's (empty
 // elsewhere).
 struct CalibratedRun {
   Measured m;

@@ -427,14 +427,20 @@ TEST_F(DistCliTest, BenchOnTensorAndDataParallelGrids) {
   EXPECT_GT(jt["rows"][0]["tp_comm_pred_s"].get<double>(), 0);
   EXPECT_GT(jt["rows"][0]["tp_comm_s"].get<double>(), 0);
   // The step is predicted for T = 2 (part costs / T plus the collectives on the group's link), with
-  // each rank's stash exactly half the stage's; not for D = 2.
+  // each rank's stash exactly half the stage's, and for D = 2 (one replica's pipeline and its
+  // gradient all-reduce).
   EXPECT_NE(tp.out.find("With T = 2"), std::string::npos) << tp.out;
   EXPECT_GT(jt["rows"][0]["predicted_step_s"].get<double>(), 0);
   EXPECT_GT(jt["rows"][0]["replay_step_s"].get<double>(), 0);
   EXPECT_EQ(jt["rows"][0]["predicted_steps_s"].size(), jt["rows"][0]["steps_s"].size());
   EXPECT_TRUE(jt["rows"][0]["stash_exact"].get<bool>()) << jt["rows"][0].dump();
-  EXPECT_FALSE(jd["rows"][0].contains("predicted_step_s"));
-  EXPECT_NE(dp.out.find("not predicted with --data-parallel"), std::string::npos) << dp.out;
+  const auto& rowd = jd["rows"][0];
+  EXPECT_GT(rowd["predicted_step_s"].get<double>(), 0) << rowd.dump();
+  EXPECT_EQ(rowd["predicted_steps_s"].size(), rowd["steps_s"].size());
+  EXPECT_TRUE(rowd["stash_exact"].get<bool>()) << rowd.dump();
+  ASSERT_EQ(rowd["predicted_dp_allreduce_s"].size(), 1u);
+  EXPECT_GT(rowd["predicted_dp_allreduce_s"][0].get<double>(), 0);
+  EXPECT_NE(dp.out.find("With D = 2"), std::string::npos) << dp.out;
   // Two replicas move twice the tokens of one in a step.
   EXPECT_NEAR(jd["rows"][0]["tokens_per_s"].get<double>() * jd["rows"][0]["step_s"].get<double>(),
               2 * 64, 1e-9);

@@ -161,6 +161,21 @@ TEST(PipelineBench, EachTensorParallelStageTakesItsSlowestRanksPass) {
   ASSERT_EQ(same.size(), 4u);
   EXPECT_DOUBLE_EQ(same[3].at(PartKind::kPre, Dir::kW), 1.5);
   EXPECT_THROW(slowest_of_groups(ranks, 3), Error);
+  // Two replicas of a one-stage pipeline with T = 2 (world ranks 0-1 replica 0, 2-3 replica 1):
+  // one stage, the slowest of all four.
+  const std::vector<PartTable> one = slowest_of_groups(ranks, 2, 1);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_DOUBLE_EQ(one[0].at(PartKind::kAttn, Dir::kI), 4);
+  EXPECT_DOUBLE_EQ(one[0].at(PartKind::kPost, Dir::kF), 3);
+  EXPECT_DOUBLE_EQ(one[0].at(PartKind::kPre, Dir::kF), 2);
+  // Two replicas of two stages with T = 1: stage 0 = ranks 0 and 2, stage 1 = ranks 1 and 3.
+  const std::vector<PartTable> two = slowest_of_groups(ranks, 1, 2);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_DOUBLE_EQ(two[0].at(PartKind::kPost, Dir::kF), 3);
+  EXPECT_DOUBLE_EQ(two[0].at(PartKind::kPre, Dir::kW), 2);
+  EXPECT_DOUBLE_EQ(two[1].at(PartKind::kAttn, Dir::kI), 4);
+  EXPECT_DOUBLE_EQ(two[1].at(PartKind::kPre, Dir::kW), 1.5);
+  EXPECT_THROW(slowest_of_groups(ranks, 1, 3), Error);  // 4 groups are not replicas of 3 stages
 }
 
 // With a cost model the run is calibrated between its steps: steps + 1 passes on every stage.
