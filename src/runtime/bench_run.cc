@@ -98,7 +98,8 @@ void fill_measured(BenchRow& x, const Schedule& sch, bool natural, const BenchRe
                      {"tp_transfer_s", q.tp_transfer_s},
                      {"tp_skew_s", q.tp_skew_s},
                      {"peak_store_bytes", q.peak_store_bytes},
-                     {"param_bytes", q.param_bytes}});
+                     {"param_bytes", q.param_bytes},
+                     {"grad_bytes", q.grad_bytes}});
   x.json["ranks_measured"] = ranks;
 }
 

@@ -424,6 +424,8 @@ TEST_F(DistCliTest, BenchOnTensorAndDataParallelGrids) {
     EXPECT_GT(r["param_bytes"].get<int64_t>(), whole / 2);
   }
   for (const auto& r : rd) EXPECT_EQ(r["param_bytes"].get<int64_t>(), whole);
+  // fp32: the master weights and their gradients, no compute copy; the all-reduce sums the latter.
+  for (const auto& r : rd) EXPECT_EQ(2 * r["grad_bytes"].get<int64_t>(), whole);
   EXPECT_GT(jt["rows"][0]["tp_comm_pred_s"].get<double>(), 0);
   EXPECT_GT(jt["rows"][0]["tp_comm_s"].get<double>(), 0);
   // The step is predicted for T = 2 (part costs / T plus the collectives on the group's link), with
